@@ -1,0 +1,18 @@
+"""shardcron: distributed, sharded, fault-tolerant scheduled jobs on ZooKeeper."""
+
+from __future__ import annotations
+
+from shardcron.config import JobConfig, JobType, RegistryConfig
+from shardcron.errors import ConfigError, RegistryError, ShardcronError
+from shardcron.model import ExecutionSource, ShardingContext
+
+__all__ = [
+    "ConfigError",
+    "ExecutionSource",
+    "JobConfig",
+    "JobType",
+    "RegistryConfig",
+    "RegistryError",
+    "ShardcronError",
+    "ShardingContext",
+]

@@ -1,0 +1,46 @@
+"""Who is here: ``servers/{ip}`` and ``instances/{id}`` of one job.
+
+``servers/{ip}`` is persistent and says whether the host may run the job (ENABLED or
+DISABLED, shared by every instance on that IP); ``instances/{id}`` is ephemeral, so it
+disappears with the session of a crashed or partitioned instance. An instance is
+*available* when its node exists and its server is ENABLED.
+"""
+
+from __future__ import annotations
+
+from shardcron.config import instance_yaml
+from shardcron.errors import JobConflictError, NodeExistsError
+from shardcron.model import ServerStatus
+from shardcron.paths import JobPaths, instance_ip
+from shardcron.registry import Registry, TreeCache
+
+
+def server_enabled(cache: TreeCache, paths: JobPaths, ip: str) -> bool:
+    return cache.get(paths.server(ip)) == ServerStatus.ENABLED.encode()
+
+
+def live_instances(cache: TreeCache, paths: JobPaths) -> list[str]:
+    return cache.children(paths.instances)
+
+
+def available_instances(cache: TreeCache, paths: JobPaths) -> list[str]:
+    return [i for i in live_instances(cache, paths) if server_enabled(cache, paths, instance_ip(i))]
+
+
+def register_server(registry: Registry, paths: JobPaths, ip: str, enabled: bool) -> None:
+    status = ServerStatus.ENABLED if enabled else ServerStatus.DISABLED
+    registry.put(paths.server(ip), status.encode())
+
+
+def register_instance(registry: Registry, paths: JobPaths, instance: str, ip: str) -> None:
+    """Create this instance's ephemeral node; refuse an id a live session already holds."""
+    path = paths.instance(instance)
+    try:
+        registry.create(path, instance_yaml(instance, ip).encode(), ephemeral=True)
+    except NodeExistsError:
+        stat = registry.stat(path)
+        if stat is not None and stat.ephemeral_owner != registry.session_id:
+            raise JobConflictError(
+                f"job {paths.job!r}: instance id {instance!r} is already registered by a live "
+                "session; stop that instance or start this one with another --instance-id"
+            ) from None

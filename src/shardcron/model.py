@@ -1,0 +1,84 @@
+"""Small value types shared by the coordination modules and user jobs."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from shardcron.paths import instance_id
+
+
+class ServerStatus(StrEnum):
+    ENABLED = "ENABLED"
+    DISABLED = "DISABLED"
+
+
+class ExecutionSource(StrEnum):
+    NORMAL_TRIGGER = "NORMAL_TRIGGER"
+    MISFIRE = "MISFIRE"
+    FAILOVER = "FAILOVER"
+
+
+def _always_current() -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardingContext:
+    """What one item run receives. Field names follow ElasticJob's ShardingContext.
+
+    ``fencing_token`` grows with every claim of the item (it is the registry transaction
+    id of the claim), so a stale run that wakes up after its item was taken over holds a
+    lower token than the new owner. Guard side effects with it, or ask
+    :meth:`claim_is_current` (one registry read) before committing work.
+    """
+
+    job_name: str
+    task_id: str
+    sharding_total_count: int
+    job_parameter: str
+    sharding_item: int
+    sharding_parameter: str | None
+    fencing_token: int = 0
+    source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER
+    _claim_check: Callable[[], bool] = field(default=_always_current, repr=False, compare=False)
+
+    def claim_is_current(self) -> bool:
+        """True while this run still holds its item's claim in the registry."""
+        return self._claim_check()
+
+    def to_json_dict(self) -> dict[str, object]:
+        """The camelCase JSON shape ElasticJob gives SCRIPT and HTTP jobs."""
+        return {
+            "jobName": self.job_name,
+            "taskId": self.task_id,
+            "shardingTotalCount": self.sharding_total_count,
+            "jobParameter": self.job_parameter,
+            "shardingItem": self.sharding_item,
+            "shardingParameter": self.sharding_parameter,
+        }
+
+
+def task_id(job: str, items: list[int], ip: str, pid: int | None = None) -> str:
+    """Java's task id format: ``{job}@-@{items}@-@READY@-@{ip}@-@{pid}``."""
+    joined = ",".join(str(i) for i in items)
+    return f"{job}@-@{joined}@-@READY@-@{ip}@-@{os.getpid() if pid is None else pid}"
+
+
+def local_ip() -> str:
+    """This host's IPv4 address as instance ids use it (``SHARDCRON_IP`` overrides)."""
+    override = os.environ.get("SHARDCRON_IP")
+    if override:
+        return override
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+    return ip if ip and ":" not in ip else "127.0.0.1"
+
+
+def default_instance_id() -> str:
+    return instance_id(local_ip(), os.getpid())

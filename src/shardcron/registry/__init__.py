@@ -1,0 +1,207 @@
+"""The registry: the only seam between coordination code and storage.
+
+Coordination modules speak to a :class:`Registry`; two backends implement it:
+:mod:`shardcron.registry.zookeeper` (production, through kazoo) and
+:mod:`shardcron.registry.memory` (in-process, for the embedded quick start and fast
+tests). Both pass the same contract suite (``tests/test_registry_contract.py``).
+
+Semantics every backend keeps (ZooKeeper's):
+
+* Paths are absolute inside the namespace (``/job/config``); the namespace is a chroot.
+* Ephemeral nodes belong to the session that created them and vanish when it ends.
+* A transaction applies all of its ops or none; the failing op is reported.
+* Tree caches see every change below their root in the order the registry applied
+  them, on one event thread per registry; listeners must not block.
+* ``request_count`` counts round trips to the server (cache reads cost none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from shardcron.errors import RegistryError
+
+
+class SessionState(StrEnum):
+    CONNECTED = "CONNECTED"  # first connection of a new session
+    SUSPENDED = "SUSPENDED"  # connection dropped; the session may still be alive
+    RECONNECTED = "RECONNECTED"  # back on the same session, ephemerals intact
+    EXPIRED = "EXPIRED"  # the session is gone with its ephemerals; a new one follows
+    LOST = "LOST"  # the client was closed; no further events
+
+
+class EventType(StrEnum):
+    ADDED = "ADDED"
+    UPDATED = "UPDATED"
+    REMOVED = "REMOVED"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    type: EventType
+    path: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    version: int
+    czxid: int  # transaction id that created the node: grows monotonically
+    mzxid: int  # transaction id of the last change
+    ctime_ms: int
+    mtime_ms: int
+    ephemeral_owner: int  # session id, 0 for persistent nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+    sequential: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SetData:
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    path: str
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """Succeeds if the node exists (and has ``version`` unless it is -1)."""
+
+    path: str
+    version: int = -1
+
+
+Op = Create | SetData | Delete | Check
+# A committed op's result: the created path, the new Stat of a SetData, or None.
+OpResult = str | Stat | None
+
+
+class TreeCache(Protocol):
+    """A local, watched copy of a subtree; reads cost no round trip.
+
+    Nodes for which the cache's ``skip_data`` predicate holds are tracked for existence
+    only and read as ``b""``: read them from the registry if their value matters.
+    """
+
+    def get(self, path: str) -> bytes | None: ...
+    def exists(self, path: str) -> bool: ...
+    def children(self, path: str) -> list[str]: ...
+    def close(self) -> None: ...
+
+
+class Lock(Protocol):
+    """A distributed mutex held by this session; released if the session ends."""
+
+    def acquire(self, timeout: float) -> bool: ...
+    def release(self) -> None: ...
+
+
+NodeListener = Callable[[NodeEvent], None]
+SessionListener = Callable[[SessionState], None]
+
+
+class Registry(Protocol):
+    """Storage for coordination state. Methods raise :class:`RegistryError` subclasses only."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def request_count(self) -> int:
+        """Round trips made so far (reads served by a cache do not count)."""
+        ...
+
+    @property
+    def connected(self) -> bool: ...
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Connect; raise :class:`ConnectionLostError` if the server cannot be reached in time."""
+        ...
+
+    def close(self) -> None:
+        """End the session: its ephemeral nodes vanish, listeners get ``LOST``."""
+        ...
+
+    def add_session_listener(self, listener: SessionListener) -> None: ...
+
+    def get(self, path: str) -> bytes | None:
+        """The node's value, or None if it does not exist."""
+        ...
+
+    def stat(self, path: str) -> Stat | None: ...
+
+    def children(self, path: str) -> list[str]:
+        """Child names, sorted; ``[]`` if the node does not exist."""
+        ...
+
+    def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequential: bool = False
+    ) -> str:
+        """Create a node (and persistent parents); return its path. :raises NodeExistsError:"""
+        ...
+
+    def put(self, path: str, data: bytes) -> None:
+        """Create a persistent node or overwrite its value."""
+        ...
+
+    def delete(self, path: str, *, recursive: bool = False) -> None:
+        """Delete a node (with its subtree if ``recursive``); a missing node is not an error."""
+        ...
+
+    def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
+        """Apply all ops or none. :raises TransactionError: naming the failing op."""
+        ...
+
+    def tree_cache(
+        self,
+        path: str,
+        listener: NodeListener | None = None,
+        skip_data: Callable[[str], bool] | None = None,
+        timeout: float = 15.0,
+    ) -> TreeCache:
+        """Start a cache of ``path``'s subtree, loaded before returning.
+
+        ``listener`` gets an ADDED event per node of the initial load, then every change.
+        """
+        ...
+
+    def lock(self, path: str) -> Lock: ...
+
+    def server_time(self, path: str) -> float:
+        """The registry's clock, in epoch seconds, by touching ``path``."""
+        ...
+
+
+__all__ = [
+    "Check",
+    "Create",
+    "Delete",
+    "EventType",
+    "Lock",
+    "NodeEvent",
+    "NodeListener",
+    "Op",
+    "OpResult",
+    "Registry",
+    "RegistryError",
+    "SessionListener",
+    "SessionState",
+    "SetData",
+    "Stat",
+    "TreeCache",
+]

@@ -1,0 +1,172 @@
+"""Shared parts of both backends: the ordered event thread and the local tree copy.
+
+Each registry owns one :class:`EventThread`. Every watch notification, cache update and
+listener call of that registry runs on it, in the order the server applied the changes,
+so listeners see a consistent history and never race each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable
+
+from shardcron.registry import EventType, NodeEvent, NodeListener
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class EventThread:
+    """Runs submitted callables one at a time, in order, on a single daemon thread."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self._queue.put(fn)
+
+    def is_current(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def stop(self) -> None:
+        self._queue.put(_STOP)
+        if not self.is_current():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            fn = self._queue.get()
+            if fn is _STOP:
+                return
+            try:
+                fn()  # type: ignore[operator]
+            except Exception:
+                log.exception("registry event handler failed")
+
+
+def parent_of(path: str) -> str:
+    head = path.rsplit("/", 1)[0]
+    return head or "/"
+
+
+def join(parent: str, child: str) -> str:
+    return f"{parent.rstrip('/')}/{child}"
+
+
+def is_below(path: str, root: str) -> bool:
+    return path == root or root == "/" or path.startswith(root + "/")
+
+
+class LocalTree:
+    """A copy of one subtree, updated by its backend on the registry's event thread.
+
+    Reads may come from any thread; the lock keeps each read consistent.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        listener: NodeListener | None,
+        skip_data: Callable[[str], bool] | None,
+        on_close: Callable[[LocalTree], None] | None = None,
+    ) -> None:
+        self.root = root
+        self.skip_data = skip_data or (lambda _path: False)
+        self._listener = listener
+        self._on_close = on_close
+        self._lock = threading.Lock()
+        self._data: dict[str, bytes] = {}
+        self._children: dict[str, set[str]] = {}
+        self.closed = False
+
+    # -- reads (any thread) -------------------------------------------------------------
+
+    def get(self, path: str) -> bytes | None:
+        with self._lock:
+            return self._data.get(path)
+
+    def exists(self, path: str) -> bool:
+        with self._lock:
+            return path in self._data
+
+    def children(self, path: str) -> list[str]:
+        with self._lock:
+            return sorted(self._children.get(path, ()))
+
+    def close(self) -> None:
+        self.closed = True
+        if self._on_close:
+            self._on_close(self)
+
+    # -- writes (event thread only) -----------------------------------------------------
+
+    def upsert(self, path: str, data: bytes) -> None:
+        if not is_below(path, self.root):
+            return
+        if self.skip_data(path):
+            data = b""
+        events = []
+        with self._lock:
+            missing = []
+            node = path
+            while node != self.root and parent_of(node) not in self._data and node != "/":
+                node = parent_of(node)
+                missing.append(node)
+            for ancestor in reversed(missing):
+                if is_below(ancestor, self.root):
+                    self._add(ancestor, b"")
+                    events.append(NodeEvent(EventType.ADDED, ancestor, b""))
+            old = self._data.get(path)
+            if old is None:
+                self._add(path, data)
+                events.append(NodeEvent(EventType.ADDED, path, data))
+            elif old != data:
+                self._data[path] = data
+                events.append(NodeEvent(EventType.UPDATED, path, data))
+        self._emit(events)
+
+    def remove(self, path: str) -> None:
+        events = []
+        with self._lock:
+            if path not in self._data:
+                return
+            doomed = [p for p in self._data if is_below(p, path)]
+            for p in sorted(doomed, key=len, reverse=True):
+                del self._data[p]
+                self._children.pop(p, None)
+                self._children.get(parent_of(p), set()).discard(p.rsplit("/", 1)[1])
+                events.append(NodeEvent(EventType.REMOVED, p, b""))
+        self._emit(events)
+
+    def replace_all(self, snapshot: dict[str, bytes]) -> None:
+        """Make the copy equal to ``snapshot``, emitting only the differences."""
+        with self._lock:
+            gone = [p for p in self._data if p not in snapshot]
+        for path in sorted(gone, key=len, reverse=True):
+            self.remove(path)
+        for path in sorted(snapshot, key=lambda p: (p.count("/"), p)):
+            self.upsert(path, snapshot[path])
+
+    def paths(self) -> Iterable[str]:
+        with self._lock:
+            return list(self._data)
+
+    def _add(self, path: str, data: bytes) -> None:
+        self._data[path] = data
+        self._children.setdefault(path, set())
+        if path != self.root:
+            self._children.setdefault(parent_of(path), set()).add(path.rsplit("/", 1)[1])
+
+    def _emit(self, events: list[NodeEvent]) -> None:
+        if self._listener is None or self.closed:
+            return
+        for event in events:
+            try:
+                self._listener(event)
+            except Exception:
+                log.exception("tree cache listener failed on %s", event)

@@ -1,0 +1,137 @@
+"""Resharding: the flag-then-shard protocol of ``leader/sharding``.
+
+1. The leader sets ``necessary`` whenever the set of available instances or the item
+   count may have changed (an instance joined or left, a server was enabled or disabled,
+   ``shardingTotalCount`` changed, a leader was elected).
+2. At the next fire, before anything runs, every instance sees the flag. The leader
+   creates the ephemeral ``processing`` node, runs the strategy, and writes every
+   ``sharding/{i}/instance`` plus the deletion of both flags in one transaction. The
+   others wait (on cache events, with a deadline) until the flag is gone.
+3. If the leader dies meanwhile, ``processing`` vanishes with its session, the flag
+   stays, and the next leader does the work.
+
+Unlike ElasticJob, the leader does not wait for running items to finish first: an item
+that moved keeps its ``running`` node until its old owner completes it, and the new
+owner's atomic claim (see :mod:`shardcron.execution`) fails for it until then.
+Very large assignments are written in several transactions below ZooKeeper's request
+size limit; only the last one removes the flags, so nobody acts on a partial layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from shardcron.errors import NodeExistsError, TransactionError
+from shardcron.paths import JobPaths
+from shardcron.registry import Create, Delete, Op, Registry, SetData, TreeCache
+from shardcron.strategies import Strategy, order_instances
+
+log = logging.getLogger(__name__)
+
+# ZooKeeper rejects requests over jute.maxbuffer (1 MiB by default); one op here is
+# about a hundred bytes, so this keeps every transaction far below the limit.
+MAX_OPS_PER_TRANSACTION = 2000
+
+
+def is_necessary(cache: TreeCache, paths: JobPaths) -> bool:
+    return cache.exists(paths.sharding_necessary)
+
+
+def is_processing(cache: TreeCache, paths: JobPaths) -> bool:
+    return cache.exists(paths.sharding_processing)
+
+
+def set_flag(registry: Registry, paths: JobPaths) -> None:
+    with contextlib.suppress(NodeExistsError):
+        registry.create(paths.sharding_necessary)
+
+
+def owner(cache: TreeCache, paths: JobPaths, item: int) -> str | None:
+    value = cache.get(paths.item_instance(item))
+    return value.decode() if value else None
+
+
+def has_sharding(cache: TreeCache, paths: JobPaths) -> bool:
+    return bool(cache.children(paths.sharding))
+
+
+def local_items(cache: TreeCache, paths: JobPaths, instance: str, total: int) -> list[int]:
+    mine = instance.encode()
+    return [i for i in range(total) if cache.get(paths.item_instance(i)) == mine]
+
+
+def plan(
+    cache: TreeCache,
+    paths: JobPaths,
+    total: int,
+    assignment: dict[str, list[int]],
+) -> list[Op]:
+    """The ops that make the registry hold ``assignment`` (flag deletions not included)."""
+    ops: list[Op] = [] if cache.exists(paths.sharding) else [Create(paths.sharding)]
+    for instance, items in sorted(assignment.items()):
+        for item in items:
+            if not cache.exists(paths.item(item)):
+                ops.append(Create(paths.item(item)))
+            if cache.exists(paths.item_instance(item)):
+                ops.append(SetData(paths.item_instance(item), instance.encode()))
+            else:
+                ops.append(Create(paths.item_instance(item), instance.encode()))
+            # A misfire recorded for the old owner must not make the new one run twice.
+            if cache.exists(paths.misfire(item)):
+                ops.append(Delete(paths.misfire(item)))
+    for name in cache.children(paths.sharding):
+        if name.isdigit() and int(name) >= total:
+            ops.extend(_delete_tree(cache, paths.item(int(name))))
+    return ops
+
+
+def _delete_tree(cache: TreeCache, path: str) -> list[Op]:
+    ops: list[Op] = []
+    for child in cache.children(path):
+        ops.extend(_delete_tree(cache, f"{path}/{child}"))
+    ops.append(Delete(path))
+    return ops
+
+
+def reshard(
+    registry: Registry,
+    cache: TreeCache,
+    paths: JobPaths,
+    total: int,
+    instances: list[str],
+    strategy: Strategy,
+) -> dict[str, list[int]] | None:
+    """Run the strategy and write the result; None if another session is sharding."""
+    try:
+        registry.create(paths.sharding_processing, ephemeral=True)
+    except NodeExistsError:
+        return None
+    assignment = strategy(order_instances(instances), paths.job, total)
+    ops = plan(cache, paths, total, assignment)
+    finish: list[Op] = [Delete(paths.sharding_necessary), Delete(paths.sharding_processing)]
+    try:
+        try:
+            _commit_in_chunks(registry, ops, finish)
+        except TransactionError:
+            # The cache lagged behind a concurrent change; one retry from a fresh read.
+            log.info("job %s: resharding transaction raced a change; retrying", paths.job)
+            fresh = registry.tree_cache(paths.sharding)
+            try:
+                _commit_in_chunks(registry, plan(fresh, paths, total, assignment), finish)
+            finally:
+                fresh.close()
+    except Exception:
+        # Let the next fire (or the next leader) try again instead of blocking everyone.
+        registry.delete(paths.sharding_processing)
+        raise
+    log.info("job %s: resharded %d items over %s", paths.job, total, sorted(assignment))
+    return assignment
+
+
+def _commit_in_chunks(registry: Registry, ops: list[Op], finish: list[Op]) -> None:
+    size = MAX_OPS_PER_TRANSACTION
+    chunks = [ops[i : i + size] for i in range(0, len(ops), size)] or [[]]
+    for chunk in chunks[:-1]:
+        registry.transaction(chunk)
+    registry.transaction(chunks[-1] + finish)

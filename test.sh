@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian machine, then runs it all:
+# ZooKeeper (apt-get, when missing), a virtualenv with shardcron and its dev tools,
+# lint, type checks, and the whole pytest suite against a real ZooKeeper.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if [ ! -x /usr/share/zookeeper/bin/zkServer.sh ] || ! command -v java >/dev/null; then
+    echo "== installing ZooKeeper from Debian packages"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq zookeeper >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade "pip>=25.1" 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/python -m pip install -q -e . --group dev 2>&1 | grep -v '^WARNING: Location' || true
+
+echo "== ruff"
+.venv/bin/ruff check src tests bench
+.venv/bin/ruff format --check src tests bench
+echo "== mypy --strict"
+.venv/bin/mypy
+echo "== pytest"
+.venv/bin/pytest "$@"

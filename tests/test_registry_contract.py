@@ -1,0 +1,227 @@
+"""The registry contract: every backend must pass all of it (memory and real ZooKeeper)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from shardcron.errors import NodeExistsError, NotEmptyError, TransactionError
+from shardcron.registry import (
+    Check,
+    Create,
+    Delete,
+    EventType,
+    NodeEvent,
+    Op,
+    SessionState,
+    SetData,
+    Stat,
+)
+from tests.conftest import Backend
+from tests.helpers import wait_until
+
+
+def test_put_get_stat_and_children(backend: Backend) -> None:
+    reg = backend.session()
+    assert reg.get("/job/config") is None
+    assert reg.stat("/job/config") is None
+    reg.put("/job/config", b"a: 1")
+    reg.put("/job/config", b"a: 2")
+    reg.put("/job/servers/10.0.0.2", b"ENABLED")
+    reg.put("/job/servers/10.0.0.1", b"ENABLED")
+    assert reg.get("/job/config") == b"a: 2"
+    stat = reg.stat("/job/config")
+    assert stat is not None and stat.version == 1 and stat.ephemeral_owner == 0
+    assert reg.children("/job/servers") == ["10.0.0.1", "10.0.0.2"]
+    assert reg.children("/missing") == []
+
+
+def test_create_kinds(backend: Backend) -> None:
+    reg = backend.session()
+    assert reg.create("/job/instances/a", b"x", ephemeral=True) == "/job/instances/a"
+    stat = reg.stat("/job/instances/a")
+    assert stat is not None and stat.ephemeral_owner == reg.session_id != 0
+    with pytest.raises(NodeExistsError):
+        reg.create("/job/instances/a")
+    first = reg.create("/job/latch/n-", sequential=True)
+    second = reg.create("/job/latch/n-", sequential=True)
+    assert first.startswith("/job/latch/n-") and second > first
+    a, b = reg.stat(first), reg.stat(second)
+    assert a is not None and b is not None and b.czxid > a.czxid
+
+
+def test_delete_recursive_and_missing(backend: Backend) -> None:
+    reg = backend.session()
+    reg.put("/job/sharding/0/instance", b"i")
+    with pytest.raises(NotEmptyError):
+        reg.delete("/job/sharding")
+    reg.delete("/job/sharding", recursive=True)
+    assert reg.stat("/job/sharding") is None
+    reg.delete("/job/sharding")  # missing is fine
+
+
+def test_transaction_commits_all(backend: Backend) -> None:
+    reg = backend.session()
+    reg.put("/job/leader/sharding/necessary", b"")
+    reg.put("/job/sharding/0", b"")
+    results = reg.transaction(
+        [
+            Check("/job"),
+            Create("/job/sharding/0/instance", b"me"),
+            SetData("/job/sharding/0", b""),
+            Delete("/job/leader/sharding/necessary"),
+        ]
+    )
+    assert results[1] == "/job/sharding/0/instance"
+    assert isinstance(results[2], Stat) and results[2].version == 1
+    assert reg.get("/job/sharding/0/instance") == b"me"
+    assert reg.stat("/job/leader/sharding/necessary") is None
+
+
+def test_transaction_with_failing_op_changes_nothing(backend: Backend) -> None:
+    reg = backend.session()
+    reg.put("/job/sharding/0/running", b"other")
+    reg.put("/job/sharding/1", b"")
+    ops: list[Op] = [
+        Create("/job/sharding/1/running", b"me"),
+        Create("/job/sharding/0/running", b"me"),
+        Delete("/job/sharding/1"),
+    ]
+    with pytest.raises(TransactionError) as caught:
+        reg.transaction(ops)
+    assert caught.value.index == 1
+    assert caught.value.op == ops[1]
+    assert isinstance(caught.value.cause, NodeExistsError)
+    assert reg.stat("/job/sharding/1/running") is None
+    assert reg.get("/job/sharding/0/running") == b"other"
+    assert reg.stat("/job/sharding/1") is not None
+
+
+def test_ephemeral_nodes_vanish_when_session_closes(backend: Backend) -> None:
+    owner, other = backend.session(), backend.session()
+    owner.create("/job/instances/a", b"", ephemeral=True)
+    assert other.stat("/job/instances/a") is not None
+    owner.close()
+    wait_until(lambda: other.stat("/job/instances/a") is None, what="ephemeral node to vanish")
+
+
+def test_expired_session_loses_ephemerals_and_recovers(backend: Backend) -> None:
+    victim, other = backend.session(), backend.session()
+    states: list[SessionState] = []
+    victim.add_session_listener(states.append)
+    old_session = victim.session_id
+    victim.create("/job/instances/v", b"", ephemeral=True)
+    backend.expire(victim)
+    wait_until(lambda: SessionState.EXPIRED in states, what="EXPIRED event")
+    assert other.stat("/job/instances/v") is None
+    wait_until(lambda: states[-1] == SessionState.CONNECTED, what="a new session")
+    assert victim.session_id != old_session
+    victim.create("/job/instances/v", b"", ephemeral=True)  # usable again
+    assert other.stat("/job/instances/v") is not None
+
+
+def test_dropped_connection_suspends_then_reconnects_same_session(backend: Backend) -> None:
+    reg = backend.session()
+    states: list[SessionState] = []
+    reg.add_session_listener(states.append)
+    reg.create("/job/instances/d", b"", ephemeral=True)
+    session = reg.session_id
+    backend.drop(reg)
+    wait_until(lambda: SessionState.RECONNECTED in states, what="RECONNECTED")
+    assert states[:2] == [SessionState.SUSPENDED, SessionState.RECONNECTED]
+    assert reg.session_id == session
+    assert reg.stat("/job/instances/d") is not None
+
+
+def test_tree_cache_loads_and_follows_changes(backend: Backend) -> None:
+    writer, reader = backend.session(), backend.session()
+    writer.put("/job/config", b"v1")
+    writer.put("/job/sharding/0/instance", b"a")
+    events: list[NodeEvent] = []
+    cache = reader.tree_cache("/job", events.append, skip_data=lambda p: p.endswith("/running"))
+    assert cache.get("/job/config") == b"v1"
+    assert cache.children("/job/sharding/0") == ["instance"]
+    assert NodeEvent(EventType.ADDED, "/job/config", b"v1") in events
+    events.clear()
+
+    writer.put("/job/config", b"v2")
+    writer.transaction([Create("/job/sharding/0/running", b"a")])
+    writer.delete("/job/sharding/0/instance")
+    wait_until(lambda: len(events) >= 3, what="three cache events")
+    assert events == [
+        NodeEvent(EventType.UPDATED, "/job/config", b"v2"),
+        NodeEvent(EventType.ADDED, "/job/sharding/0/running", b""),
+        NodeEvent(EventType.REMOVED, "/job/sharding/0/instance", b""),
+    ]
+    before = reader.request_count
+    assert cache.get("/job/config") == b"v2"
+    assert cache.exists("/job/sharding/0/running")
+    assert cache.get("/job/sharding/0/instance") is None
+    assert cache.children("/job/sharding/0") == ["running"]
+    assert reader.request_count == before  # served locally
+    cache.close()
+
+
+def test_watching_others_costs_no_requests(backend: Backend) -> None:
+    writer, reader = backend.session(), backend.session()
+    writer.put("/job/sharding/0", b"")
+    seen: list[NodeEvent] = []
+    reader.tree_cache("/job", seen.append, skip_data=lambda p: p.endswith("/running"))
+    before = reader.request_count
+    for _ in range(5):
+        writer.transaction([Create("/job/sharding/0/running", b"w")])
+        writer.transaction([Delete("/job/sharding/0/running")])
+    wait_until(lambda: len([e for e in seen if e.type == EventType.REMOVED]) == 5, what="events")
+    assert reader.request_count == before
+
+
+def test_tree_cache_resyncs_after_expiry(backend: Backend) -> None:
+    reader, other = backend.session(), backend.session()
+    other.create("/job/instances/o", b"", ephemeral=True)
+    cache = reader.tree_cache("/job")
+    reader.create("/job/instances/r", b"", ephemeral=True)
+    wait_until(lambda: cache.exists("/job/instances/r"), what="own ephemeral in cache")
+    backend.expire(reader)
+    wait_until(lambda: not cache.exists("/job/instances/r"), what="cache to drop expired node")
+    other.put("/job/config", b"after")
+    wait_until(lambda: cache.get("/job/config") == b"after", what="cache to follow new writes")
+    assert cache.exists("/job/instances/o")
+
+
+def test_lock_is_mutually_exclusive_and_dies_with_session(backend: Backend) -> None:
+    a, b = backend.session(), backend.session()
+    lock_a, lock_b = a.lock("/job/leader/failover/latch"), b.lock("/job/leader/failover/latch")
+    assert lock_a.acquire(timeout=5)
+    assert not lock_b.acquire(timeout=0.3)
+    acquired = threading.Event()
+
+    def take() -> None:
+        if lock_b.acquire(timeout=10):
+            acquired.set()
+
+    waiter = threading.Thread(target=take)
+    waiter.start()
+    assert not acquired.wait(0.2)
+    a.close()  # session end releases the lock
+    assert acquired.wait(10)
+    waiter.join()
+    lock_b.release()
+
+
+def test_server_time_is_close_to_local_clock(backend: Backend) -> None:
+    reg = backend.session()
+    assert abs(reg.server_time("/job/systemTime/current") - time.time()) < 5
+
+
+def test_request_counter_counts_round_trips(backend: Backend) -> None:
+    reg = backend.session()
+    before = reg.request_count
+    reg.put("/job/x", b"1")
+    reg.get("/job/x")
+    reg.transaction([SetData("/job/x", b"2"), SetData("/job/x", b"3")])
+    assert reg.request_count - before >= 3
+    before = reg.request_count
+    reg.transaction([SetData("/job/x", b"4"), SetData("/job/x", b"5")])
+    assert reg.request_count - before == 1

@@ -1,0 +1,162 @@
+"""The scheduling core against a real ZooKeeper: several instances, each with its own session."""
+
+from __future__ import annotations
+
+import time
+
+from shardcron.config import JobConfig
+from shardcron.paths import JobPaths
+from shardcron.strategies import avg_allocation, order_instances
+from shardcron.testing import ZooKeeperServer
+from tests.cluster import Recorder, cluster, overlaps
+from tests.helpers import wait_until
+
+A, B, C, D = (f"127.0.0.{n}@-@{1000 + n}" for n in range(1, 5))
+
+
+def every_second(name: str, items: int, **settings: object) -> JobConfig:
+    return JobConfig(job_name=name, cron="* * * * * ?", sharding_total_count=items, **settings)  # type: ignore[arg-type]
+
+
+def expected(instances: list[str], items: int, job: str) -> dict[int, str]:
+    plan = avg_allocation(order_instances(instances), job, items)
+    return {item: owner for owner, owned in plan.items() for item in owned}
+
+
+def test_items_follow_avg_allocation_and_a_joining_instance_reshards(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    with cluster(zookeeper, every_second("share", 6), recorder) as c:
+        for instance in (A, B, C):
+            c.start(instance)
+        start = time.time()
+        assert recorder.owners_in_fire(start, 6) == expected([A, B, C], 6, "share")
+
+        c.start(D)
+        joined = time.time()
+        wait_until(
+            lambda: recorder.owners_in_fire(joined, 6) == expected([A, B, C, D], 6, "share"),
+            timeout=15,
+            what="the next fires to use the 4-instance assignment",
+        )
+
+
+def test_leader_loss_reelects_and_resharding_still_works(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    paths = JobPaths("lead")
+    with cluster(zookeeper, every_second("lead", 4), recorder) as c:
+        c.start(A)
+        wait_until(lambda: c.admin.get(paths.election_instance) == A.encode(), what="A to lead")
+        c.start(B)
+        c.start(C)
+        c.schedulers[A].registry.close()  # the leader's session ends abruptly
+        del c.schedulers[A]
+        new_leader = wait_until(lambda: c.admin.get(paths.election_instance), what="a new leader")
+        assert new_leader.decode() in (B, C)
+        after = time.time()
+        wait_until(
+            lambda: recorder.owners_in_fire(after, 4) == expected([B, C], 4, "lead"),
+            timeout=15,
+            what="resharding over B and C",
+        )
+        c.start(D)
+        joined = time.time()
+        wait_until(
+            lambda: recorder.owners_in_fire(joined, 4) == expected([B, C, D], 4, "lead"),
+            timeout=15,
+            what="resharding after D joined under the new leader",
+        )
+
+
+def test_disabling_a_server_moves_its_items_and_enabling_brings_them_back(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    paths = JobPaths("disable")
+    with cluster(zookeeper, every_second("disable", 4), recorder) as c:
+        for instance in (A, B):
+            c.start(instance)
+        start = time.time()
+        assert recorder.owners_in_fire(start, 4) == expected([A, B], 4, "disable")
+        c.admin.put(paths.server("127.0.0.1"), b"DISABLED")  # A's host, as the console writes it
+        moment = time.time()
+        wait_until(
+            lambda: set(recorder.owners_in_fire(moment, 4).values()) == {B},
+            timeout=15,
+            what="all items on B",
+        )
+        c.admin.put(paths.server("127.0.0.1"), b"ENABLED")
+        moment = time.time()
+        wait_until(
+            lambda: recorder.owners_in_fire(moment, 4) == expected([A, B], 4, "disable"),
+            timeout=15,
+            what="items back on A",
+        )
+
+
+def test_disabled_item_is_skipped(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    paths = JobPaths("itemoff")
+    with cluster(zookeeper, every_second("itemoff", 3), recorder) as c:
+        c.start(A)
+        recorder.owners_in_fire(time.time(), 3)
+        c.admin.put(paths.disabled(1), b"")
+        wait_until(lambda: c.schedulers[A].runtimes["itemoff"].cache.exists(paths.disabled(1)))
+        moment = time.time() + 1
+        wait_until(lambda: len({int(r.start) for r in recorder.since(moment)}) >= 3, what="3 fires")
+        assert {r.item for r in recorder.since(moment)} == {0, 2}
+
+
+def test_trigger_runs_a_one_off_job_once_on_every_instance(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    paths = JobPaths("oneoff")
+    config = JobConfig(job_name="oneoff", sharding_total_count=4)  # no cron: runs only when triggered
+    with cluster(zookeeper, config, recorder) as c:
+        for instance in (A, B):
+            c.start(instance)
+        for instance in (A, B):  # what the Java lifecycle API and console write
+            c.admin.create(paths.trigger(instance))
+        wait_until(lambda: len(recorder.runs) >= 4, what="the triggered items")
+        wait_until(lambda: not c.admin.children(paths.triggers), what="triggers consumed")
+        assert sorted(r.item for r in recorder.runs) == [0, 1, 2, 3]
+        assert {r.instance for r in recorder.runs} == {A, B}
+
+
+def test_steady_fires_never_overlap_and_never_skip(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder(hold=0.05)
+    with cluster(zookeeper, every_second("steady", 6), recorder) as c:
+        for instance in (A, B, C):
+            c.start(instance)
+        first = recorder.owners_in_fire(time.time(), 6)
+        begin = min(r.start for r in recorder.runs if r.item in first) // 1
+        wait_until(
+            lambda: len({int(r.start) for r in recorder.since(begin)}) >= 50,
+            timeout=70,
+            what="50 fires",
+        )
+        runs = [r for r in recorder.since(begin) if r.start < begin + 50]
+    assert overlaps(runs) == []
+    per_fire: dict[int, list[int]] = {}
+    for run in runs:
+        per_fire.setdefault(int(run.start), []).append(run.item)
+    assert len(per_fire) == 50
+    assert all(sorted(items) == list(range(6)) for items in per_fire.values()), per_fire
+
+
+def test_round_trip_budget_per_fire(zookeeper: ZooKeeperServer) -> None:
+    """At most 2 registry round trips per fire for an instance with items, 0 without."""
+    recorder = Recorder()
+    with cluster(zookeeper, every_second("budget", 2), recorder) as c:
+        for instance in (A, B, C):
+            c.start(instance)
+        owners = recorder.owners_in_fire(time.time(), 2)
+        idle = ({A, B, C} - set(owners.values())).pop()
+        busy = sorted(set(owners.values()))
+        first_fire = int(time.time()) + 1
+        wait_until(lambda: time.time() >= first_fire, what="a fire boundary")
+        counts = {i: c.schedulers[i].registry.request_count for i in (A, B, C)}
+        wait_until(lambda: len({int(r.start) for r in recorder.since(first_fire)}) >= 10, timeout=20)
+        # Read the counters between fires, once the tenth fire has completed.
+        wait_until(lambda: time.time() % 1 > 0.5, what="the middle of a second")
+        fires = len({int(r.start) for r in recorder.since(first_fire)})
+        used = {i: c.schedulers[i].registry.request_count - counts[i] for i in (A, B, C)}
+    assert used[idle] == 0, used
+    for instance in busy:
+        assert used[instance] <= 2 * fires, (used, fires)
