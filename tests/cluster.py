@@ -4,6 +4,7 @@ and a recording job that tells which instance ran which item, when.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,7 +43,9 @@ class Recorder:
             start = time.time()
             if self.hold:
                 time.sleep(self.hold)  # the work itself, not synchronisation
-            run = Run(instance, ctx.sharding_item, start, time.time(), ctx.fencing_token, ctx.source)
+            run = Run(
+                instance, ctx.sharding_item, start, time.time(), ctx.fencing_token, ctx.source
+            )
             with self.changed:
                 self.runs.append(run)
                 self.changed.notify_all()
@@ -67,7 +70,9 @@ class Recorder:
                         return by_second[second]
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"no complete fire of {items} items since {moment}: {by_second}")
+                    raise AssertionError(
+                        f"no complete fire of {items} items since {moment}: {by_second}"
+                    )
                 self.changed.wait(left)
 
 
@@ -79,7 +84,7 @@ def overlaps(runs: list[Run]) -> list[tuple[Run, Run]]:
         by_item.setdefault(run.item, []).append(run)
     for item_runs in by_item.values():
         item_runs.sort(key=lambda r: r.start)
-        for a, b in zip(item_runs, item_runs[1:], strict=False):
+        for a, b in itertools.pairwise(item_runs):
             if b.start < a.end and a.instance != b.instance:
                 found.append((a, b))
     return found
@@ -88,7 +93,9 @@ def overlaps(runs: list[Run]) -> list[tuple[Run, Run]]:
 class Cluster:
     """Several instances of one job, each with its own ZooKeeper session."""
 
-    def __init__(self, server: ZooKeeperServer, config: JobConfig, recorder: Recorder, session_ms: int = 3000) -> None:
+    def __init__(
+        self, server: ZooKeeperServer, config: JobConfig, recorder: Recorder, session_ms: int = 3000
+    ) -> None:
         self.server = server
         self.namespace = unique_namespace()
         self.config = config
@@ -126,7 +133,9 @@ class Cluster:
 
 
 @contextmanager
-def cluster(server: ZooKeeperServer, config: JobConfig, recorder: Recorder, session_ms: int = 3000) -> Iterator[Cluster]:
+def cluster(
+    server: ZooKeeperServer, config: JobConfig, recorder: Recorder, session_ms: int = 3000
+) -> Iterator[Cluster]:
     made = Cluster(server, config, recorder, session_ms)
     try:
         yield made

@@ -23,7 +23,9 @@ def expected(instances: list[str], items: int, job: str) -> dict[int, str]:
     return {item: owner for owner, owned in plan.items() for item in owned}
 
 
-def test_items_follow_avg_allocation_and_a_joining_instance_reshards(zookeeper: ZooKeeperServer) -> None:
+def test_items_follow_avg_allocation_and_a_joining_instance_reshards(
+    zookeeper: ZooKeeperServer,
+) -> None:
     recorder = Recorder()
     with cluster(zookeeper, every_second("share", 6), recorder) as c:
         for instance in (A, B, C):
@@ -51,7 +53,7 @@ def test_leader_loss_reelects_and_resharding_still_works(zookeeper: ZooKeeperSer
         c.schedulers[A].registry.close()  # the leader's session ends abruptly
         del c.schedulers[A]
         new_leader = wait_until(lambda: c.admin.get(paths.election_instance), what="a new leader")
-        assert new_leader.decode() in (B, C)
+        assert new_leader is not None and new_leader.decode() in (B, C)
         after = time.time()
         wait_until(
             lambda: recorder.owners_in_fire(after, 4) == expected([B, C], 4, "lead"),
@@ -67,7 +69,9 @@ def test_leader_loss_reelects_and_resharding_still_works(zookeeper: ZooKeeperSer
         )
 
 
-def test_disabling_a_server_moves_its_items_and_enabling_brings_them_back(zookeeper: ZooKeeperServer) -> None:
+def test_disabling_a_server_moves_its_items_and_enabling_brings_them_back(
+    zookeeper: ZooKeeperServer,
+) -> None:
     recorder = Recorder()
     paths = JobPaths("disable")
     with cluster(zookeeper, every_second("disable", 4), recorder) as c:
@@ -107,7 +111,9 @@ def test_disabled_item_is_skipped(zookeeper: ZooKeeperServer) -> None:
 def test_trigger_runs_a_one_off_job_once_on_every_instance(zookeeper: ZooKeeperServer) -> None:
     recorder = Recorder()
     paths = JobPaths("oneoff")
-    config = JobConfig(job_name="oneoff", sharding_total_count=4)  # no cron: runs only when triggered
+    config = JobConfig(
+        job_name="oneoff", sharding_total_count=4
+    )  # no cron: runs only when triggered
     with cluster(zookeeper, config, recorder) as c:
         for instance in (A, B):
             c.start(instance)
@@ -152,7 +158,9 @@ def test_round_trip_budget_per_fire(zookeeper: ZooKeeperServer) -> None:
         first_fire = int(time.time()) + 1
         wait_until(lambda: time.time() >= first_fire, what="a fire boundary")
         counts = {i: c.schedulers[i].registry.request_count for i in (A, B, C)}
-        wait_until(lambda: len({int(r.start) for r in recorder.since(first_fire)}) >= 10, timeout=20)
+        wait_until(
+            lambda: len({int(r.start) for r in recorder.since(first_fire)}) >= 10, timeout=20
+        )
         # Read the counters between fires, once the tenth fire has completed.
         wait_until(lambda: time.time() % 1 > 0.5, what="the middle of a second")
         fires = len({int(r.start) for r in recorder.since(first_fire)})

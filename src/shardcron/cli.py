@@ -44,7 +44,9 @@ def check(config: str) -> None:
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.option("--registry", help="zk://HOST:PORT[,HOST:PORT]/NAMESPACE or memory://")
 @click.option("--instance-id", help="Explicit instance id (default IP@-@PID).")
-@click.option("--grace", default=30.0, show_default=True, help="Seconds running items get to finish on stop.")
+@click.option(
+    "--grace", default=30.0, show_default=True, help="Seconds running items get to finish on stop."
+)
 def run(config: str, registry: str | None, instance_id: str | None, grace: float) -> None:
     """Run a worker with the jobs of CONFIG until SIGINT/SIGTERM."""
     try:
@@ -66,7 +68,9 @@ def run(config: str, registry: str | None, instance_id: str | None, grace: float
 
 
 @main.command()
-@click.option("--seconds", default=12, show_default=True, help="How long to run before stopping an instance.")
+@click.option(
+    "--seconds", default=12, show_default=True, help="How long to run before stopping an instance."
+)
 def demo(seconds: int) -> None:
     """Embedded quick start: 3 instances share a 6-item job, then one stops."""
     logging.getLogger().setLevel(logging.WARNING)

@@ -55,12 +55,16 @@ def run(seconds: int, echo: Callable[[str], None]) -> None:
                 with lock:
                     fire = ran.pop(second, {})
                 if fire:
-                    cells = "  ".join(f"{i}->{fire.get(i, '-').split('@-@')[1]}" for i in range(ITEMS))
+                    cells = "  ".join(
+                        f"{i}->{fire.get(i, '-').split('@-@')[1]}" for i in range(ITEMS)
+                    )
                     echo(f"{time.strftime('%H:%M:%S', time.localtime(second))}  {cells}")
                 printed = second + 1
             if not stopped and time.time() >= stop_at:
                 victim = schedulers.pop(0)
-                echo(f"-- stopping instance {victim.instance_id}; its items move to the other two --")
+                echo(
+                    f"-- stopping instance {victim.instance_id}; its items move to the other two --"
+                )
                 victim.stop(grace=5)
                 stopped = True
     finally:

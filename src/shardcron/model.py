@@ -82,3 +82,16 @@ def local_ip() -> str:
 
 def default_instance_id() -> str:
     return instance_id(local_ip(), os.getpid())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FireContext:
+    """One fire on one instance, as listeners see it (ElasticJob's ``ShardingContexts``)."""
+
+    job_name: str
+    task_id: str
+    instance: str
+    sharding_total_count: int
+    job_parameter: str
+    items: dict[int, str | None]  # item -> its sharding parameter
+    source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER

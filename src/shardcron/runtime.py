@@ -25,8 +25,21 @@ from typing import Protocol
 from shardcron import election, execution, failover, membership, sharding
 from shardcron.config import JobConfig
 from shardcron.errors import JobConflictError, RegistryError, TransactionError
+from shardcron.events import (
+    Event,
+    FailoverClaimed,
+    FireState,
+    FireStatus,
+    ItemFinished,
+    ItemsSkipped,
+    ItemStarted,
+    LeaderChanged,
+    Observer,
+    Resharded,
+)
 from shardcron.jobs import ItemRunner
-from shardcron.model import ExecutionSource, ShardingContext, task_id
+from shardcron.listeners import JobListener, ordered
+from shardcron.model import ExecutionSource, FireContext, ShardingContext, task_id
 from shardcron.paths import JobPaths
 from shardcron.registry import EventType, NodeEvent, Op, Registry, SessionState, TreeCache
 from shardcron.strategies import resolve_strategy
@@ -51,17 +64,6 @@ class Host(Protocol):
     def call_later(self, delay: float, fn: Callable[[], None]) -> None: ...
     def reschedule(self, runtime: JobRuntime) -> None: ...
     def detach(self, runtime: JobRuntime) -> None: ...
-
-
-class Observer(Protocol):
-    """Receives what happens to items; tracing and metrics implement it."""
-
-    def item_started(self, ctx: ShardingContext) -> None: ...
-    def item_finished(
-        self, ctx: ShardingContext, error: BaseException | None, seconds: float
-    ) -> None: ...
-    def items_skipped(self, job: str, items: list[int], reason: str) -> None: ...
-    def resharded(self, job: str) -> None: ...
 
 
 ErrorHandler = Callable[[str, ShardingContext | None, BaseException], None]
@@ -91,6 +93,8 @@ class _Fire:
     claim: execution.Claim
     source: ExecutionSource
     session: int
+    context: FireContext | None = None
+    errors: dict[int, BaseException] = field(default_factory=dict)
     pending: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -107,7 +111,8 @@ class JobRuntime:
         *,
         workers: int,
         observers: list[Observer] | None = None,
-        error_handler: ErrorHandler = _log_error,
+        listeners: list[JobListener] | None = None,
+        error_handler: ErrorHandler | None = None,
     ) -> None:
         self.config = config
         self.paths = JobPaths(config.job_name)
@@ -118,7 +123,8 @@ class JobRuntime:
         self.runner = runner
         self.workers = workers
         self.observers = observers or []
-        self.error_handler = error_handler
+        self.listeners = ordered(listeners or [])
+        self.error_handler = error_handler or _log_error
         self.trigger = _trigger(config)
         self.stopped = False
         self._cache: TreeCache | None = None
@@ -139,6 +145,13 @@ class JobRuntime:
     def cache(self) -> TreeCache:
         assert self._cache is not None, "runtime not started"
         return self._cache
+
+    def _emit(self, event: Event) -> None:
+        for observer in self.observers:
+            try:
+                observer(event)
+            except Exception:
+                log.exception("job %s: observer failed on %s", self.name, type(event).__name__)
 
     # -- start and stop -----------------------------------------------------------------
 
@@ -253,6 +266,7 @@ class JobRuntime:
             if not enabled and self._is_leader():
                 log.info("job %s: server %s disabled; giving up leadership", self.name, ip)
                 election.abdicate(self.registry, self.paths)
+                self._emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
                 return
             if enabled:
                 self._elect()
@@ -327,6 +341,7 @@ class JobRuntime:
             return
         if election.try_elect(self.registry, self.paths, self.instance) and current is None:
             log.info("job %s: %s is the leader", self.name, self.instance)
+            self._emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=True))
             self._flag_resharding(force=True)
             if self.config.failover:
                 live = set(membership.live_instances(self.cache, self.paths)) | {self.instance}
@@ -374,9 +389,11 @@ class JobRuntime:
             if self._is_leader() and not sharding.is_processing(cache, paths):
                 strategy = resolve_strategy(self.config.job_sharding_strategy_type)
                 total = self.config.sharding_total_count
-                if sharding.reshard(self.registry, cache, paths, total, available, strategy):
-                    for observer in self.observers:
-                        observer.resharded(self.name)
+                plan = sharding.reshard(self.registry, cache, paths, total, available, strategy)
+                if plan is not None:
+                    self._emit(
+                        Resharded(job_name=self.name, instance=self.instance, assignment=plan)
+                    )
             left = deadline - time.monotonic()
             if left <= 0:
                 log.warning(
@@ -433,8 +450,15 @@ class JobRuntime:
 
     def _skip(self, items: list[int], reason: str) -> None:
         log.info("job %s: items %s skipped: %s", self.name, items, reason)
-        for observer in self.observers:
-            observer.items_skipped(self.name, items, reason)
+        self._emit(
+            ItemsSkipped(
+                job_name=self.name,
+                instance=self.instance,
+                items=tuple(items),
+                reason=reason,
+                misfire=self.config.misfire,
+            )
+        )
         if self.config.misfire:
             self._misfired.update(items)
             if self.config.monitor_execution:
@@ -461,6 +485,19 @@ class JobRuntime:
             )
             for item in fire.items
         )
+        fire.context = FireContext(
+            job_name=self.name,
+            task_id=tid,
+            instance=self.instance,
+            sharding_total_count=cfg.sharding_total_count,
+            job_parameter=cfg.job_parameter,
+            items={item: params.get(item) for item in fire.items},
+            source=fire.source,
+        )
+        self._fire_status(fire, FireState.TASK_STAGING)
+        for listener in self.listeners:
+            self._call_listener(listener.before_job_executed, fire.context)
+        self._fire_status(fire, FireState.TASK_RUNNING)
         lanes = min(len(contexts), self.workers)
         fire.pending = lanes
 
@@ -470,7 +507,10 @@ class JobRuntime:
                     ctx = contexts.popleft()
                 except IndexError:
                     break
-                self._run_item(ctx)
+                error = self._run_item(ctx)
+                if error is not None:
+                    with fire.lock:
+                        fire.errors[ctx.sharding_item] = error
             with fire.lock:
                 fire.pending -= 1
                 last = fire.pending == 0
@@ -486,10 +526,29 @@ class JobRuntime:
             return lambda: not self.stopped
         return lambda: execution.is_current(self.registry, self.paths, item, token)
 
-    def _run_item(self, ctx: ShardingContext) -> None:
-        for observer in self.observers:
-            observer.item_started(ctx)
-        started = time.monotonic()
+    def _fire_status(self, fire: _Fire, state: FireState, message: str = "") -> None:
+        assert fire.context is not None
+        self._emit(
+            FireStatus(
+                job_name=self.name,
+                instance=self.instance,
+                task_id=fire.context.task_id,
+                items=tuple(fire.items),
+                source=fire.source,
+                state=state,
+                message=message,
+            )
+        )
+
+    def _call_listener(self, hook: Callable[[FireContext], None], context: FireContext) -> None:
+        try:
+            hook(context)
+        except Exception as exc:  # noqa: BLE001 - a listener's failure must not stop the fire
+            self.error_handler(self.name, None, exc)
+
+    def _run_item(self, ctx: ShardingContext) -> BaseException | None:
+        self._emit(ItemStarted(job_name=self.name, instance=self.instance, context=ctx, ip=self.ip))
+        started = time.time()
         error: BaseException | None = None
         try:
             self.runner(ctx)
@@ -499,8 +558,17 @@ class JobRuntime:
                 self.error_handler(self.name, ctx, exc)
             except Exception:
                 log.exception("job %s: the error handler itself failed", self.name)
-        for observer in self.observers:
-            observer.item_finished(ctx, error, time.monotonic() - started)
+        self._emit(
+            ItemFinished(
+                job_name=self.name,
+                instance=self.instance,
+                context=ctx,
+                ip=self.ip,
+                started_at=started,
+                error=error,
+            )
+        )
+        return error
 
     def _finish(self, fire: _Fire) -> None:
         paths = self.paths
@@ -527,6 +595,14 @@ class JobRuntime:
                 self._running.difference_update(fire.items)
                 if not self._running:
                     self._idle.set()
+        if fire.context is not None:
+            for listener in self.listeners:
+                self._call_listener(listener.after_job_executed, fire.context)
+            if fire.errors:
+                failed = "; ".join(f"item {i}: {e}" for i, e in sorted(fire.errors.items()))
+                self._fire_status(fire, FireState.TASK_ERROR, failed)
+            else:
+                self._fire_status(fire, FireState.TASK_FINISHED)
         if fire.source is not ExecutionSource.FAILOVER:
             self._maybe_rerun_misfire(fire.items)
         if self.config.failover and failover.queued(self.cache, paths):
@@ -615,6 +691,7 @@ class JobRuntime:
             self.registry.delete(self.paths.failover_item(item))
             return
         log.warning("job %s: took over item %d from a lost instance", self.name, item)
+        self._emit(FailoverClaimed(job_name=self.name, instance=self.instance, item=item))
         with self._changed:
             self._running.add(item)
             self._idle.clear()

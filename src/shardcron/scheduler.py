@@ -31,12 +31,13 @@ from typing import Any, TypeVar
 
 from shardcron.config import JobConfig, RegistryConfig, parse_registry_url
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
+from shardcron.events import Observer
 from shardcron.jobs import AsyncLoop, make_runner
 from shardcron.model import ExecutionSource, default_instance_id, local_ip
 from shardcron.paths import instance_ip
 from shardcron.registry import Registry, SessionState
 from shardcron.registry.cache import EventThread
-from shardcron.runtime import ErrorHandler, JobRuntime, Observer
+from shardcron.runtime import ErrorHandler, JobRuntime
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,11 @@ MAX_LATENESS_SECONDS = 1.0
 def open_registry(target: Registry | RegistryConfig | str | None) -> Registry:
     """A registry from an object, a config, a ``zk://`` or ``memory://`` URL, or None (embedded)."""
     if target is None or isinstance(target, str | RegistryConfig):
-        config = parse_registry_url(target or "memory://") if not isinstance(target, RegistryConfig) else target
+        config = (
+            parse_registry_url(target or "memory://")
+            if not isinstance(target, RegistryConfig)
+            else target
+        )
         if config.is_memory:
             from shardcron.registry.memory import MemoryRegistry
 
@@ -84,7 +89,9 @@ class Scheduler:
         self._jobs: dict[str, tuple[JobConfig, object | None]] = {}
         self.runtimes: dict[str, JobRuntime] = {}
         self.failed: dict[str, ShardcronError] = {}
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="shardcron-worker")
+        self._pool = ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="shardcron-worker"
+        )
         self._coordinator: EventThread | None = None
         self._loop = AsyncLoop()
         self._timer = threading.Condition()
@@ -105,12 +112,16 @@ class Scheduler:
             if config.callable is None and callable_ref(target):
                 config = config.with_changes(callable=callable_ref(target))
         if config.job_name in self._jobs:
-            raise ConfigError("jobName", f"{config.job_name!r} is declared twice; job names must be unique")
+            raise ConfigError(
+                "jobName", f"{config.job_name!r} is declared twice; job names must be unique"
+            )
         self._jobs[config.job_name] = (config, target)
         if self._started:
             self._start_job(config, target)
 
-    def job(self, cron: str | None = None, *, name: str | None = None, **settings: Any) -> Callable[[F], F]:
+    def job(
+        self, cron: str | None = None, *, name: str | None = None, **settings: Any
+    ) -> Callable[[F], F]:
         """Decorator: ``@scheduler.job(cron="0/5 * * * * ?", sharding_total_count=3)``."""
 
         def register(fn: F) -> F:
@@ -144,7 +155,9 @@ class Scheduler:
                 self.registry.start()
                 return
             except RegistryError as exc:
-                if self._stopping.is_set() or (deadline is not None and time.monotonic() > deadline):
+                if self._stopping.is_set() or (
+                    deadline is not None and time.monotonic() > deadline
+                ):
                     raise
                 log.error("registry unreachable (%s); retrying in %.1fs", exc, delay)
                 self._stopping.wait(delay)
@@ -154,9 +167,15 @@ class Scheduler:
         try:
             runner = make_runner(config, target, self._loop)
             runtime = JobRuntime(
-                config, runner, self.registry, self.instance_id, self.ip, self,
-                workers=workers_for(config), observers=self.observers,
-                **({"error_handler": self._error_handler} if self._error_handler else {}),
+                config,
+                runner,
+                self.registry,
+                self.instance_id,
+                self.ip,
+                self,
+                workers=workers_for(config),
+                observers=self.observers,
+                error_handler=self._error_handler,
             )
             runtime.start()
         except ShardcronError as exc:

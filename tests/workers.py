@@ -1,0 +1,134 @@
+"""Worker processes (``shardcron run``) for multi-process tests, and their shared ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from shardcron.registry import Registry
+from tests.cluster import Run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Worker:
+    instance: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        self.process.send_signal(sig)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class Workers:
+    """Starts ``shardcron run`` processes on one namespace; every item run lands in one ledger."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        connect: str,
+        namespace: str,
+        jobs: dict[str, dict[str, object]],
+        session_ms: int,
+        hold: float = 0.0,
+    ) -> None:
+        self.tmp = tmp
+        self.url = f"zk://{connect}/{namespace}?sessionTimeoutMilliseconds={session_ms}&baseSleepTimeMilliseconds=100&maxSleepTimeMilliseconds=500"
+        self.ledger = tmp / "ledger.jsonl"
+        self.config = tmp / "jobs.yaml"
+        self.config.write_text(yaml.safe_dump({"jobs": jobs}))
+        self.hold = hold
+        self.workers: dict[str, Worker] = {}
+
+    def start(self, instance: str, extra_env: dict[str, str] | None = None) -> Worker:
+        log = self.tmp / f"{instance.replace('@-@', '_')}.{len(self.workers)}.log"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "SHARDCRON_LEDGER": str(self.ledger),
+            "SHARDCRON_INSTANCE": instance,
+            "SHARDCRON_HOLD": str(self.hold),
+            **(extra_env or {}),
+        }
+        cmd = [
+            sys.executable,
+            "-m",
+            "shardcron.cli",
+            "run",
+            str(self.config),
+            "--registry",
+            self.url,
+            "--instance-id",
+            instance,
+        ]
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+            )
+        worker = Worker(instance, process, log)
+        self.workers[instance] = worker
+        return worker
+
+    def runs(self) -> list[Run]:
+        if not self.ledger.exists():
+            return []
+        runs = []
+        for line in self.ledger.read_text().splitlines():
+            if line.strip():
+                d = json.loads(line)
+                runs.append(
+                    Run(d["instance"], d["item"], d["start"], d["end"], d["token"], d["source"])
+                )
+        return runs
+
+    def records(self) -> list[dict[str, object]]:
+        if not self.ledger.exists():
+            return []
+        return [json.loads(line) for line in self.ledger.read_text().splitlines() if line.strip()]
+
+    def stop_all(self) -> None:
+        for worker in self.workers.values():
+            if worker.alive():
+                worker.kill(signal.SIGTERM)
+        for worker in self.workers.values():
+            try:
+                worker.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                worker.kill(signal.SIGKILL)
+                worker.process.wait()
+
+
+@contextmanager
+def workers(
+    tmp: Path,
+    connect: str,
+    namespace: str,
+    jobs: dict[str, dict[str, object]],
+    session_ms: int = 2000,
+    hold: float = 0.0,
+) -> Iterator[Workers]:
+    made = Workers(tmp, connect, namespace, jobs, session_ms, hold)
+    try:
+        yield made
+    finally:
+        made.stop_all()
+
+
+def registered(admin: Registry, job: str, instance: str) -> bool:
+    return admin.stat(f"/{job}/instances/{instance}") is not None
