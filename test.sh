@@ -16,7 +16,7 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade "pip>=25.1" 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -m pip install -q -e . --group dev 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/python -m pip install -q -e ".[postgres,mysql,console]" --group dev 2>&1 | grep -v '^WARNING: Location' || true
 
 echo "== ruff"
 .venv/bin/ruff check src tests bench

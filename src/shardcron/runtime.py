@@ -162,6 +162,10 @@ class JobRuntime:
             paths.root, self._on_node_event, lambda p: not needs_value(paths, p)
         )
         self._setup_config()
+        for listener in self.listeners:
+            bind = getattr(listener, "bind", None)
+            if bind is not None:  # distributed listeners coordinate through the registry
+                bind(self.registry, paths, self.instance)
         membership.register_server(self.registry, paths, self.ip, not self.config.disabled)
         membership.register_instance(self.registry, paths, self.instance, self.ip)
         self._elect()
@@ -482,6 +486,7 @@ class JobRuntime:
                 fencing_token=fire.claim.token,
                 source=fire.source,
                 _claim_check=self._claim_check(item, fire.claim.token),
+                _keep_going=self._keep_going,
             )
             for item in fire.items
         )
@@ -520,6 +525,9 @@ class JobRuntime:
         for _ in range(lanes - 1):
             self.host.submit(lane)
         lane()
+
+    def _keep_going(self) -> bool:
+        return not self.stopped and not sharding.is_necessary(self.cache, self.paths)
 
     def _claim_check(self, item: int, token: int) -> Callable[[], bool]:
         if not self.config.monitor_execution:

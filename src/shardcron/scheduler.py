@@ -30,9 +30,11 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from shardcron.config import JobConfig, RegistryConfig, parse_registry_url
+from shardcron.errorhandlers import make_error_handler
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
 from shardcron.events import Observer
 from shardcron.jobs import AsyncLoop, make_runner
+from shardcron.listeners import JobListener, load_listeners
 from shardcron.model import ExecutionSource, default_instance_id, local_ip
 from shardcron.paths import instance_ip
 from shardcron.registry import Registry, SessionState
@@ -86,7 +88,7 @@ class Scheduler:
         self.ip = instance_ip(self.instance_id) if instance_id else local_ip()
         self.observers = list(observers or [])
         self._error_handler = error_handler
-        self._jobs: dict[str, tuple[JobConfig, object | None]] = {}
+        self._jobs: dict[str, tuple[JobConfig, object | None, list[JobListener]]] = {}
         self.runtimes: dict[str, JobRuntime] = {}
         self.failed: dict[str, ShardcronError] = {}
         self._pool = ThreadPoolExecutor(
@@ -103,8 +105,16 @@ class Scheduler:
 
     # -- declaring jobs -------------------------------------------------------------------
 
-    def add_job(self, config: JobConfig, target: object | None = None) -> None:
-        """Register a job; ``target`` is its callable when it is given in code."""
+    def add_job(
+        self,
+        config: JobConfig,
+        target: object | None = None,
+        listeners: list[JobListener] | None = None,
+    ) -> None:
+        """Register a job; ``target`` is its callable when it is given in code.
+
+        ``listeners`` run before and after each fire, with those ``jobListenerTypes`` names.
+        """
         if target is None:
             config.validate()
         else:
@@ -115,9 +125,9 @@ class Scheduler:
             raise ConfigError(
                 "jobName", f"{config.job_name!r} is declared twice; job names must be unique"
             )
-        self._jobs[config.job_name] = (config, target)
+        self._jobs[config.job_name] = (config, target, list(listeners or []))
         if self._started:
-            self._start_job(config, target)
+            self._start_job(*self._jobs[config.job_name])
 
     def job(
         self, cron: str | None = None, *, name: str | None = None, **settings: Any
@@ -144,8 +154,8 @@ class Scheduler:
         self.registry.add_session_listener(self._on_session)
         threading.Thread(target=self._timer_loop, name="shardcron-timer", daemon=True).start()
         self._started = True
-        for config, target in list(self._jobs.values()):
-            self._start_job(config, target)
+        for config, target, listeners in list(self._jobs.values()):
+            self._start_job(config, target, listeners)
 
     def _connect(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -163,9 +173,13 @@ class Scheduler:
                 self._stopping.wait(delay)
                 delay = min(delay * 2, 30.0)
 
-    def _start_job(self, config: JobConfig, target: object | None) -> None:
+    def _start_job(
+        self, config: JobConfig, target: object | None, listeners: list[JobListener]
+    ) -> None:
         try:
             runner = make_runner(config, target, self._loop)
+            listeners = listeners + load_listeners(config.job_listener_types)
+            error_handler = make_error_handler(config) or self._error_handler
             runtime = JobRuntime(
                 config,
                 runner,
@@ -175,7 +189,8 @@ class Scheduler:
                 self,
                 workers=workers_for(config),
                 observers=self.observers,
-                error_handler=self._error_handler,
+                listeners=listeners,
+                error_handler=error_handler,
             )
             runtime.start()
         except ShardcronError as exc:
