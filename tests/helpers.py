@@ -9,7 +9,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_until(check: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
+def wait_until(check: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> T:
     """Poll ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
     deadline = time.monotonic() + timeout
     while True:

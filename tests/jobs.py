@@ -1,8 +1,10 @@
 """Job bodies for worker processes started by the tests (imported by ``shardcron run``).
 
-``ledger`` appends one JSON line per item run to the file named by ``SHARDCRON_LEDGER``:
-instance, item, start, end, fencing token and source. Lines are written with O_APPEND in
-one call, so concurrent writers never interleave.
+``ledger`` appends a JSON line to the file named by ``SHARDCRON_LEDGER`` when an item
+starts and another when it ends (same ``run`` id): instance, item, times, fencing token,
+source, and, with ``SHARDCRON_CHECK_CLAIM`` set, whether the claim was still current at
+the end. Lines are written with O_APPEND in one call, so concurrent writers never
+interleave. A run with a start line and no end line was interrupted.
 """
 
 from __future__ import annotations
@@ -10,28 +12,32 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 
 from shardcron.model import ShardingContext
 
 
+def _append(record: dict[str, object]) -> None:
+    fd = os.open(os.environ["SHARDCRON_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
 def ledger(ctx: ShardingContext) -> None:
-    start = time.time()
+    record: dict[str, object] = {
+        "run": uuid.uuid4().hex,
+        "instance": os.environ["SHARDCRON_INSTANCE"],
+        "item": ctx.sharding_item,
+        "start": time.time(),
+        "token": ctx.fencing_token,
+        "source": str(ctx.source),
+    }
+    _append({**record, "phase": "start"})
     hold = float(os.environ.get("SHARDCRON_HOLD", "0"))
     if hold:
         time.sleep(hold)  # the item's work
-    line = json.dumps(
-        {
-            "instance": os.environ["SHARDCRON_INSTANCE"],
-            "item": ctx.sharding_item,
-            "start": start,
-            "end": time.time(),
-            "token": ctx.fencing_token,
-            "source": str(ctx.source),
-            "current": ctx.claim_is_current() if os.environ.get("SHARDCRON_CHECK_CLAIM") else None,
-        }
-    )
-    fd = os.open(os.environ["SHARDCRON_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    if os.environ.get("SHARDCRON_CHECK_CLAIM"):
+        record["current"] = ctx.claim_is_current()
+    _append({**record, "phase": "end", "end": time.time()})

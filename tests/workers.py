@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -85,22 +86,29 @@ class Workers:
         self.workers[instance] = worker
         return worker
 
-    def runs(self) -> list[Run]:
-        if not self.ledger.exists():
-            return []
-        runs = []
-        for line in self.ledger.read_text().splitlines():
-            if line.strip():
-                d = json.loads(line)
-                runs.append(
-                    Run(d["instance"], d["item"], d["start"], d["end"], d["token"], d["source"])
-                )
-        return runs
-
-    def records(self) -> list[dict[str, object]]:
+    def records(self) -> list[dict[str, Any]]:
         if not self.ledger.exists():
             return []
         return [json.loads(line) for line in self.ledger.read_text().splitlines() if line.strip()]
+
+    def runs(self, unfinished: bool = False) -> list[Run]:
+        """Item runs from the ledger; with ``unfinished``, runs that never ended count too
+        (ending at infinity: an interrupted run overlaps everything after its start)."""
+        records = self.records()
+        ends = {r["run"]: r for r in records if r["phase"] == "end"}
+        runs = []
+        for r in records:
+            if r["phase"] != "start":
+                continue
+            end = ends.get(r["run"])
+            if end is None and not unfinished:
+                continue
+            finish = float("inf") if end is None else end["end"]
+            runs.append(Run(r["instance"], r["item"], r["start"], finish, r["token"], r["source"]))
+        return runs
+
+    def interrupted(self) -> list[Run]:
+        return [r for r in self.runs(unfinished=True) if r.end == float("inf")]
 
     def stop_all(self) -> None:
         for worker in self.workers.values():

@@ -19,12 +19,12 @@ def leader(cache: TreeCache, paths: JobPaths) -> str | None:
 
 
 def try_elect(registry: Registry, paths: JobPaths, instance: str) -> bool:
-    """Become leader if there is none; True if this instance leads afterwards."""
+    """Become leader if there is none; True only if this call made this instance leader."""
     try:
         registry.create(paths.election_instance, instance.encode(), ephemeral=True)
         return True
     except NodeExistsError:
-        return registry.get(paths.election_instance) == instance.encode()
+        return False
 
 
 def abdicate(registry: Registry, paths: JobPaths) -> None:

@@ -56,5 +56,9 @@ class TransactionError(RegistryError):
         super().__init__(f"transaction op {index} ({op!r}) failed: {type(cause).__name__}: {cause}")
 
 
+class ClockSkewError(ShardcronError):
+    """The local clock is further from the registry's than ``maxTimeDiffSeconds`` allows."""
+
+
 class JobConflictError(ShardcronError):
     """The registry already holds a different job under the same name, or the id is taken."""

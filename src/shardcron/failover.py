@@ -41,8 +41,16 @@ def items_failed_over_elsewhere(cache: TreeCache, paths: JobPaths, items: list[i
     return {i for i in items if cache.exists(paths.failover(i))}
 
 
-def orphans(registry: Registry, cache: TreeCache, paths: JobPaths, live: set[str]) -> list[int]:
-    """Items whose ``running`` or ``failovering`` owner is not among ``live``."""
+def orphans(
+    registry: Registry,
+    cache: TreeCache,
+    paths: JobPaths,
+    live: set[str],
+    me: str,
+    running_here: set[int],
+) -> list[int]:
+    """Items whose ``running`` or ``failovering`` owner is not among ``live``, or is this
+    instance's id but not running here (left by an earlier process with the same id)."""
     found = []
     for name in cache.children(paths.sharding):
         if not name.isdigit():
@@ -52,17 +60,27 @@ def orphans(registry: Registry, cache: TreeCache, paths: JobPaths, live: set[str
             if not cache.exists(path):
                 continue
             value = registry.get(path)
-            if value is not None and value.decode() not in live:
+            owner = None if value is None else value.decode()
+            if owner is not None and (
+                owner not in live or (owner == me and item not in running_here)
+            ):
                 found.append(item)
                 break
     return found
 
 
 def queue_orphans(
-    registry: Registry, cache: TreeCache, paths: JobPaths, live: set[str]
+    registry: Registry,
+    cache: TreeCache,
+    paths: JobPaths,
+    live: set[str],
+    me: str,
+    running_here: set[int],
 ) -> list[int]:
     """Leader: move every orphaned item to the failover queue; returns the items queued."""
-    items = orphans(registry, cache, paths, live)
+    items = orphans(registry, cache, paths, live, me, running_here)
+    if items and not cache.exists(paths.failover_items):
+        registry.put(paths.failover_items, b"")  # transactions do not create parents
     for item in items:
         # Stale nodes go first, so a claimant that sees the queue entry sees them gone.
         ops: list[Op] = [

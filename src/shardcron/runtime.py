@@ -24,7 +24,7 @@ from typing import Protocol
 
 from shardcron import election, execution, failover, membership, sharding
 from shardcron.config import JobConfig
-from shardcron.errors import JobConflictError, RegistryError, TransactionError
+from shardcron.errors import ClockSkewError, JobConflictError, RegistryError, TransactionError
 from shardcron.events import (
     Event,
     FailoverClaimed,
@@ -48,6 +48,7 @@ from shardcron.trigger import CronTrigger
 log = logging.getLogger(__name__)
 
 SHARDING_WAIT_SECONDS = 10.0
+CLOCK_REFRESH_SECONDS = 60.0
 # How long a busy instance leaves queued failover items to idle ones before it takes them.
 FAILOVER_GRACE_SECONDS = 0.1
 
@@ -135,7 +136,11 @@ class JobRuntime:
         self._session_lost = False
         self._idle = threading.Event()
         self._idle.set()
-        self._ready = False  # set once start() registered; earlier events describe the start state
+        self._ready = False
+        self._clock_offset = 0.0
+        self._clock_checked_at = (
+            0.0  # set once start() registered; earlier events describe the start state
+        )
 
     @property
     def name(self) -> str:
@@ -170,6 +175,7 @@ class JobRuntime:
         membership.register_instance(self.registry, paths, self.instance, self.ip)
         self._elect()
         self._ready = True
+        self._schedule_reconcile()
         if self.config.failover:
             self.host.coordinate(lambda: self._failover_pass(phase=0))
         log.info("job %s started on %s", self.name, self.instance)
@@ -217,17 +223,18 @@ class JobRuntime:
     def _on_node_event(self, event: NodeEvent) -> None:
         with self._changed:
             self._changed.notify_all()
-        self.host.coordinate(lambda: self._guarded(self._handle, event))
+        self.host.coordinate(
+            lambda: self._guarded(lambda: self._handle(event), f"{event.type} {event.path}")
+        )
 
-    def _guarded(self, fn: Callable[[NodeEvent], None], event: NodeEvent) -> None:
+    def _guarded(self, fn: Callable[[], object], what: str) -> None:
+        """Run a reaction on the coordinator; a registry failure is logged, not fatal."""
         if self.stopped or not self._ready:
             return
         try:
-            fn(event)
+            fn()
         except RegistryError as exc:
-            log.warning(
-                "job %s: could not react to %s %s: %s", self.name, event.type, event.path, exc
-            )
+            log.warning("job %s: could not react to %s: %s", self.name, what, exc)
 
     def _handle(self, event: NodeEvent) -> None:
         paths, path = self.paths, event.path
@@ -262,7 +269,7 @@ class JobRuntime:
             self._flag_resharding()
             if event.type is EventType.REMOVED and self.config.failover:
                 live = set(membership.live_instances(self.cache, self.paths))
-                failover.queue_orphans(self.registry, self.cache, self.paths, live)
+                self._queue_orphans(live)
 
     def _on_server_event(self, event: NodeEvent, ip: str) -> None:
         if ip == self.ip:
@@ -343,13 +350,20 @@ class JobRuntime:
         current = election.leader(self.cache, self.paths)
         if current is not None and current != self.instance:
             return
-        if election.try_elect(self.registry, self.paths, self.instance) and current is None:
+        if election.try_elect(self.registry, self.paths, self.instance):
             log.info("job %s: %s is the leader", self.name, self.instance)
             self._emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=True))
             self._flag_resharding(force=True)
             if self.config.failover:
                 live = set(membership.live_instances(self.cache, self.paths)) | {self.instance}
-                failover.queue_orphans(self.registry, self.cache, self.paths, live)
+                self._queue_orphans(live)
+
+    def _queue_orphans(self, live: set[str]) -> None:
+        with self._changed:
+            running_here = set(self._running)
+        failover.queue_orphans(
+            self.registry, self.cache, self.paths, live, self.instance, running_here
+        )
 
     def _flag_resharding(self, force: bool = False) -> None:
         if (
@@ -372,16 +386,69 @@ class JobRuntime:
             log.debug("job %s: fire skipped (stopped or registry unavailable)", self.name)
             return
         try:
+            if not self._clock_ok():
+                return
             if not self._await_sharding():
                 return
-            items = self._fire_items(only)
-            if items:
-                self._claim_and_run(items, source)
+            free, busy = self._reserve(self._fire_items(only))
+            if busy:
+                self._skip(busy, "still running from an earlier fire")
+            if free:
+                self._claim_and_run(free, source)
         except RegistryError as exc:
             if self.stopped:
                 log.debug("job %s: fire cut short by stop: %s", self.name, exc)
             else:
                 self.error_handler(self.name, None, exc)
+
+    def _clock_ok(self) -> bool:
+        """The time-diff check: compare with the registry's clock, measured once a minute."""
+        limit = self.config.max_time_diff_seconds
+        if limit < 0:
+            return True
+        now = time.time()
+        if now - self._clock_checked_at > CLOCK_REFRESH_SECONDS:
+            self._clock_offset = self.registry.server_time(self.paths.system_time) - time.time()
+            self._clock_checked_at = now
+        if abs(self._clock_offset) <= limit:
+            return True
+        error = ClockSkewError(
+            f"job {self.name!r}: local clock differs from the registry's by "
+            f"{self._clock_offset:+.1f}s, more than maxTimeDiffSeconds={limit}; sync this host's "
+            "clock (NTP) or raise maxTimeDiffSeconds"
+        )
+        try:
+            self.error_handler(self.name, None, error)
+        except Exception:  # noqa: BLE001 - a THROW handler aborts this fire, as in ElasticJob
+            return False
+        return True
+
+    def reconcile(self) -> bool:
+        """Leader: flag resharding if an item is assigned to an instance that is gone."""
+        cache, paths, cfg = self.cache, self.paths, self.config
+        if self.stopped or not self._is_leader() or sharding.is_necessary(cache, paths):
+            return False
+        if cfg.static_sharding and sharding.has_sharding(cache, paths):
+            return False
+        live = set(membership.live_instances(cache, paths))
+        owners = {sharding.owner(cache, paths, i) for i in range(cfg.sharding_total_count)}
+        gone = sorted(o for o in owners if o is not None and o not in live)
+        if not gone:
+            return False
+        log.warning("job %s: items assigned to gone instances %s; resharding", self.name, gone)
+        sharding.set_flag(self.registry, paths)
+        return True
+
+    def _schedule_reconcile(self) -> None:
+        minutes = self.config.reconcile_interval_minutes
+        if minutes < 1 or self.stopped:
+            return
+
+        def tick() -> None:
+            self._guarded(self.reconcile, "reconcile")
+            self._schedule_reconcile()
+
+        self.host.call_later(minutes * 60, lambda: self.host.coordinate(tick))
 
     def _await_sharding(self) -> bool:
         cache, paths = self.cache, self.paths
@@ -424,31 +491,43 @@ class JobRuntime:
             taken = failover.items_failed_over_elsewhere(cache, paths, items)
             taken |= set(failover.queued(cache, paths))
             items = [i for i in items if i not in taken]
-        busy = [i for i in items if i in self._running]
-        if busy:
-            self._skip(busy, "still running from an earlier fire")
-        return [i for i in items if i not in busy]
+        return items
 
-    def _claim_and_run(
-        self, items: list[int], source: ExecutionSource, extra: list[Op] | None = None
-    ) -> None:
+    def _reserve(self, items: list[int]) -> tuple[list[int], list[int]]:
+        """Mark items as running here *before* claiming them, so that no registry scan can
+        mistake a claim in flight for a stale one; returns (reserved, already running)."""
+        with self._changed:
+            busy = [i for i in items if i in self._running]
+            free = [i for i in items if i not in self._running]
+            self._running.update(free)
+            if free:
+                self._idle.clear()
+        return free, busy
+
+    def _release(self, items: list[int]) -> None:
+        with self._changed:
+            self._running.difference_update(items)
+            if not self._running:
+                self._idle.set()
+
+    def _claim_and_run(self, items: list[int], source: ExecutionSource) -> None:
         cfg = self.config
         session = self.registry.session_id
-        if cfg.monitor_execution:
-            claim = execution.claim(
-                self.registry,
-                self.cache,
-                self.paths,
-                items,
-                self.instance,
-                persistent=cfg.failover,
-                extra=extra,
-                trust_cache=extra is None,
-            )
-            if claim.contended:
-                self._skip(claim.contended, "still running on another instance")
-        else:
-            claim = execution.Claim(items=list(items))
+        claim = execution.Claim(items=list(items))
+        try:
+            if cfg.monitor_execution:
+                claim = execution.claim(
+                    self.registry,
+                    self.cache,
+                    self.paths,
+                    items,
+                    self.instance,
+                    persistent=cfg.failover,
+                )
+        finally:
+            self._release([i for i in items if i not in claim.items])
+        if claim.contended:
+            self._skip(claim.contended, "still running on another instance")
         if claim.items:
             self._dispatch(_Fire(claim.items, claim, source, session))
 
@@ -469,9 +548,6 @@ class JobRuntime:
                 execution.mark_misfire(self.registry, self.cache, self.paths, items)
 
     def _dispatch(self, fire: _Fire) -> None:
-        with self._changed:
-            self._running.update(fire.items)
-            self._idle.clear()
         cfg = self.config
         params = cfg.sharding_parameters()
         tid = task_id(self.name, fire.items, self.ip)
@@ -599,10 +675,7 @@ class JobRuntime:
         except RegistryError as exc:
             self.error_handler(self.name, None, exc)
         finally:
-            with self._changed:
-                self._running.difference_update(fire.items)
-                if not self._running:
-                    self._idle.set()
+            self._release(fire.items)
         if fire.context is not None:
             for listener in self.listeners:
                 self._call_listener(listener.after_job_executed, fire.context)
@@ -680,6 +753,9 @@ class JobRuntime:
             )
 
     def _claim_failover(self, item: int) -> None:
+        reserved, _ = self._reserve([item])
+        if not reserved:
+            return  # running here already; its completion re-checks the queue
         extra = failover.claim_ops(self.paths, item, self.instance)
         try:
             claim = execution.claim(
@@ -693,16 +769,18 @@ class JobRuntime:
                 trust_cache=False,
             )
         except TransactionError:
+            self._release([item])
             return  # another instance took it first
+        except RegistryError:
+            self._release([item])
+            raise
         if not claim.items:
+            self._release([item])
             # Running again already (its owner claimed it): the queue entry is satisfied.
             self.registry.delete(self.paths.failover_item(item))
             return
         log.warning("job %s: took over item %d from a lost instance", self.name, item)
         self._emit(FailoverClaimed(job_name=self.name, instance=self.instance, item=item))
-        with self._changed:
-            self._running.add(item)
-            self._idle.clear()
         fire = _Fire([item], claim, ExecutionSource.FAILOVER, self.registry.session_id)
         self.host.submit(lambda: self._dispatch(fire))
 
