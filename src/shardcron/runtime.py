@@ -314,12 +314,19 @@ class JobRuntime:
         elif state is SessionState.EXPIRED:
             self._suspended = self._session_lost = True
         elif state in (SessionState.RECONNECTED, SessionState.CONNECTED) and not self.stopped:
+            lost, self._session_lost = self._session_lost, False
             try:
                 self._rebuild()
             except RegistryError as exc:
-                log.error("job %s: could not re-register after %s: %s", self.name, state, exc)
+                log.error(
+                    "job %s: could not re-register after %s (retrying): %s", self.name, state, exc
+                )
+                self._session_lost = lost
+                self.host.call_later(
+                    1.0, lambda: self.host.coordinate(lambda: self.on_session(state))
+                )
                 return
-            self._suspended = self._session_lost = False
+            self._suspended = False
 
     def _rebuild(self) -> None:
         """Put back what this instance owns in the registry, and drop its stale claims."""

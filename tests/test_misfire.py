@@ -1,0 +1,132 @@
+"""Misfire, reconcile and the time-diff check, with several instances on a real ZooKeeper."""
+
+from __future__ import annotations
+
+import time
+
+from shardcron.config import JobConfig
+from shardcron.errors import ClockSkewError
+from shardcron.model import ShardingContext
+from shardcron.paths import JobPaths
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.scheduler import Scheduler
+from shardcron.testing import ZooKeeperServer
+from tests.cluster import Recorder, Run, cluster, overlaps
+from tests.helpers import wait_until
+
+A, B = "127.0.0.1@-@4001", "127.0.0.2@-@4002"
+
+
+def job(name: str, items: int, cron: str = "* * * * * ?", **settings: object) -> JobConfig:
+    return JobConfig(job_name=name, cron=cron, sharding_total_count=items, **settings)  # type: ignore[arg-type]
+
+
+def test_a_run_that_outlasts_the_interval_misfires_then_reruns_once(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    recorder = Recorder(hold=2.5)
+    with cluster(zookeeper, job("overrun", 1), recorder) as c:
+        c.start(A)
+        wait_until(lambda: len(recorder.runs) >= 4, timeout=20, what="4 runs")
+        runs = sorted(recorder.runs, key=lambda r: r.start)
+    sources = [r.source for r in runs]
+    assert sources[0] == "NORMAL_TRIGGER"
+    assert "MISFIRE" in sources[1:]
+    for before, after in zip(runs, runs[1:], strict=False):
+        assert after.start >= before.end  # never two at once
+        # Two or three fires were missed while it ran, yet it runs again only once.
+        assert after.start - before.end < 1.1
+
+
+def test_without_misfire_skipped_fires_are_just_skipped(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder(hold=1.5)
+    with cluster(zookeeper, job("nomisfire", 1, misfire=False), recorder) as c:
+        c.start(A)
+        wait_until(lambda: len(recorder.runs) >= 3, timeout=20, what="3 runs")
+    assert {r.source for r in recorder.runs} == {"NORMAL_TRIGGER"}
+    assert all(abs(r.start - round(r.start)) < 0.3 for r in recorder.runs)  # only on fire times
+
+
+def test_item_still_running_on_its_old_owner_misfires_on_the_new_one(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    recorder = Recorder(hold=6)
+    paths = JobPaths("moved")
+    with cluster(zookeeper, job("moved", 2, cron="0/4 * * * * ?"), recorder) as c:
+        c.start(A)
+        wait_until(lambda: c.admin.stat(paths.running(0)) is not None, timeout=10, what="A runs")
+        c.start(B)
+        first_b: Run = wait_until(
+            lambda: next((r for r in recorder.runs if r.instance == B), None),
+            timeout=25,
+            what="B to run its new item",
+        )
+        a_runs = [r for r in recorder.runs if r.instance == A and r.item == first_b.item]
+    assert first_b.source == "MISFIRE"
+    assert a_runs and first_b.start >= max(r.end for r in a_runs)
+    assert overlaps(recorder.runs) == []
+
+
+def test_reconcile_reshards_items_held_by_a_gone_instance(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    paths = JobPaths("reconcile")
+    with cluster(zookeeper, job("reconcile", 2), recorder) as c:
+        leader = c.start(A)
+        c.start(B)
+        recorder.owners_in_fire(time.time(), 2)
+        runtime = leader.runtimes["reconcile"]
+        assert runtime.reconcile() is False  # nothing to heal
+        c.admin.put(paths.item_instance(1), b"10.9.9.9@-@1")  # an owner that is gone
+        wait_until(lambda: runtime.cache.get(paths.item_instance(1)) == b"10.9.9.9@-@1")
+        assert runtime.reconcile() is True
+        healed = time.time()
+        recorder.owners_in_fire(healed + 1, 2)
+        assert c.admin.get(paths.item_instance(1)) in (A.encode(), B.encode())
+
+
+class SkewedRegistry(MemoryRegistry):
+    """An embedded registry whose clock runs two minutes ahead of this host's."""
+
+    reads = 0
+
+    def server_time(self, path: str) -> float:
+        self.reads += 1
+        return super().server_time(path) + 120
+
+
+def test_clock_skew_beyond_tolerance_is_reported_and_checked_rarely() -> None:
+    errors: list[BaseException] = []
+    runs: list[int] = []
+
+    def handler(job_name: str, ctx: ShardingContext | None, error: BaseException) -> None:
+        errors.append(error)
+
+    registry = SkewedRegistry()
+    scheduler = Scheduler(registry, instance_id=A, error_handler=handler)
+    scheduler.add_job(job("skew", 1, max_time_diff_seconds=60), lambda ctx: runs.append(1))
+    scheduler.start()
+    try:
+        wait_until(lambda: len(runs) >= 3, timeout=10, what="3 fires")
+    finally:
+        scheduler.stop()
+    assert errors and isinstance(errors[0], ClockSkewError)
+    assert "maxTimeDiffSeconds=60" in str(errors[0])
+    assert registry.reads == 1  # measured once, not on every fire
+
+
+def test_clock_skew_with_a_throwing_handler_aborts_fires() -> None:
+    runs: list[int] = []
+    errors: list[BaseException] = []
+
+    def throw(job_name: str, ctx: ShardingContext | None, error: BaseException) -> None:
+        errors.append(error)
+        raise error
+
+    scheduler = Scheduler(SkewedRegistry(), instance_id=A, error_handler=throw)
+    scheduler.add_job(job("skewthrow", 1, max_time_diff_seconds=60), lambda ctx: runs.append(1))
+    scheduler.start()
+    try:
+        wait_until(lambda: len(errors) >= 2, timeout=10, what="2 aborted fires")
+    finally:
+        scheduler.stop()
+    assert runs == []

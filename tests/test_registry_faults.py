@@ -1,0 +1,108 @@
+"""Registry faults: a ZooKeeper outage, an expired session, a registry down at start-up.
+
+Each test runs its own ZooKeeper server, so stopping it disturbs nobody else.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from shardcron.config import JobConfig
+from shardcron.paths import JobPaths
+from shardcron.registry.zookeeper import ZooKeeperRegistry
+from shardcron.scheduler import Scheduler
+from shardcron.testing import ZooKeeperServer, expire_session, unique_namespace
+from tests.cluster import Recorder, cluster
+from tests.conftest import zk_config
+from tests.helpers import wait_until
+
+A = "127.0.0.1@-@5001"
+PATHS = JobPaths("faults")
+CONFIG = JobConfig(job_name="faults", cron="* * * * * ?", sharding_total_count=2)
+
+
+@pytest.fixture
+def own_zookeeper() -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_outage_pauses_fires_and_reconnecting_resumes_them(own_zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    with cluster(own_zookeeper, CONFIG, recorder, session_ms=8000) as c:
+        scheduler = c.start(A)
+        wait_until(lambda: len(recorder.runs) >= 2, timeout=10, what="fires before the outage")
+        session = scheduler.registry.session_id
+        own_zookeeper.stop()
+        down = time.time()
+        wait_until(lambda: not scheduler.registry.connected, timeout=10, what="SUSPENDED")
+        wait_until(lambda: time.time() > down + 3, what="a 3 s outage")  # the fault itself
+        own_zookeeper.start()
+        up = time.time()
+        wait_until(lambda: recorder.since(up), timeout=15, what="fires after reconnecting")
+        started_while_down = [r for r in recorder.runs if down + 1 < r.start < up]
+        assert started_while_down == []
+        assert scheduler.registry.session_id == session  # RECONNECTED, not a new session
+        assert c.admin.stat(PATHS.instance(A)) is not None
+
+
+def test_expired_session_rebuilds_everything_and_keeps_running(
+    own_zookeeper: ZooKeeperServer,
+) -> None:
+    recorder = Recorder()
+    with cluster(own_zookeeper, CONFIG, recorder, session_ms=3000) as c:
+        scheduler = c.start(A)
+        wait_until(lambda: len(recorder.runs) >= 2, timeout=10, what="fires before expiry")
+        old_session = scheduler.registry.session_id
+        registry = scheduler.registry
+        assert isinstance(registry, ZooKeeperRegistry)
+        expire_session(registry.client)
+        expired = time.time()
+        wait_until(lambda: registry.session_id not in (0, old_session), timeout=15)
+        wait_until(lambda: c.admin.stat(PATHS.instance(A)), timeout=15, what="instance node back")
+        wait_until(lambda: c.admin.get(PATHS.election_instance) == A.encode(), timeout=15)
+        wait_until(
+            lambda: {r.item for r in recorder.since(expired + 1)} == {0, 1},
+            timeout=15,
+            what="both items firing again",
+        )
+
+
+def test_registry_down_at_start_up_is_retried_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ZooKeeperServer(port=port)  # nothing listens there yet
+    ran: list[int] = []
+    registry = ZooKeeperRegistry(zk_config(server, unique_namespace()))
+    scheduler = Scheduler(registry, instance_id=A)
+    scheduler.add_job(CONFIG, lambda ctx: ran.append(ctx.sharding_item))
+    caplog.set_level(logging.ERROR, logger="shardcron.scheduler")
+    starter = threading.Thread(target=scheduler.start)
+    starter.start()
+    try:
+        wait_until(
+            lambda: any("registry unreachable" in r.getMessage() for r in caplog.records),
+            timeout=30,
+            what="a clear error while the registry is down",
+        )
+        assert starter.is_alive()  # still retrying, not crashed
+        server.start()
+        starter.join(timeout=30)
+        wait_until(lambda: ran, timeout=15, what="the job to run once the registry is up")
+    finally:
+        starter.join(timeout=30)
+        scheduler.stop()
+        server.stop()
