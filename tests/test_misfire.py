@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from shardcron.config import JobConfig
@@ -32,7 +33,7 @@ def test_a_run_that_outlasts_the_interval_misfires_then_reruns_once(
     sources = [r.source for r in runs]
     assert sources[0] == "NORMAL_TRIGGER"
     assert "MISFIRE" in sources[1:]
-    for before, after in zip(runs, runs[1:], strict=False):
+    for before, after in itertools.pairwise(runs):
         assert after.start >= before.end  # never two at once
         # Two or three fires were missed while it ran, yet it runs again only once.
         assert after.start - before.end < 1.1

@@ -434,16 +434,17 @@ def test_non_string_expression_is_a_config_error() -> None:
 @pytest.mark.parametrize("zone", ["America/New_York", "GMT+08:00"])
 @pytest.mark.parametrize("expression", ["* * * * * ?", "0/5 * * * * ?"])
 def test_next_fire_is_cheap(expression: str, zone: str) -> None:
-    # 5,000 jobs firing every second is the target load; the bound is ~10x the measured
-    # cost, so this only catches a fall back to second-by-second searching.
+    # 5,000 jobs firing every second is the target load. The bound is ~10x the measured
+    # cost, so this only catches a fall back to second-by-second searching; CPU time
+    # keeps it steady on a busy machine.
     trigger = CronTrigger.parse(expression, zone)
-    moments = [datetime(2026, 5, 1, tzinfo=UTC) + timedelta(seconds=7 * i) for i in range(5000)]
+    moments = [datetime(2026, 5, 1, tzinfo=UTC) + timedelta(seconds=7 * i) for i in range(1000)]
     best = float("inf")
-    for _ in range(3):
-        began = time.perf_counter()
+    for _ in range(5):
+        began = time.process_time()
         for moment in moments:
             trigger.next_fire(moment)
-        best = min(best, time.perf_counter() - began)
+        best = min(best, time.process_time() - began)
     assert best / len(moments) < 100e-6
 
 
@@ -748,7 +749,7 @@ def brute_by_day(ref: Reference, offset: timedelta, after: datetime, days: int) 
     return None
 
 
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     ref=expressions(
         seconds=general,
@@ -759,7 +760,7 @@ def brute_by_day(ref: Reference, offset: timedelta, after: datetime, days: int) 
     after=AFTER,
 )
 def test_matches_brute_force_minute_by_minute(ref: Reference, zone: str, after: datetime) -> None:
-    until = after + timedelta(days=2)
+    until = after + timedelta(days=1)
     expected = brute_by_minute(ref, FIXED_ZONES[zone], after, until)
     got = parse(ref, zone).next_fire(after)
     if expected is None:

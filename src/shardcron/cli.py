@@ -1,16 +1,38 @@
-"""The ``shardcron`` command. Thin: every command calls the public API."""
+"""The ``shardcron`` command. Thin: every command calls the public API.
+
+Operations commands (``status``, ``trigger``, ``disable``, ...) work on a registry named by
+``--registry`` or ``$SHARDCRON_REGISTRY`` through :class:`shardcron.admin.Admin`; they print
+tables (or ``--json``), and on any error one ``error: ...`` line and exit status 1.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import functools
+import json
 import logging
 import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar
 
 import click
+import yaml
 
 from shardcron import demo as demo_module
-from shardcron.config import check_file, load_config_file, parse_registry_url
-from shardcron.errors import ShardcronError
+from shardcron.admin import Admin, JobOverview, Write
+from shardcron.config import JobConfig, check_file, load_config_file, parse_registry_url
+from shardcron.dump import request_dump
+from shardcron.errors import ConfigError, RegistryError, ShardcronError
 from shardcron.scheduler import Scheduler
+
+REGISTRY_ENV = "SHARDCRON_REGISTRY"
+CONNECT_TIMEOUT_SECONDS = 5.0
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _fail(message: str) -> None:
@@ -75,6 +97,388 @@ def demo(seconds: int) -> None:
     """Embedded quick start: 3 instances share a 6-item job, then one stops."""
     logging.getLogger().setLevel(logging.WARNING)
     demo_module.run(seconds, click.echo)
+
+
+# --- operations ----------------------------------------------------------------------------
+
+
+def _operation(fn: Callable[P, None]) -> Callable[P, None]:
+    """Turn every expected failure into one ``error:`` line and exit status 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            fn(*args, **kwargs)
+        except ShardcronError as exc:
+            _fail(_one_line(str(exc)))
+        except OSError as exc:  # the dump port of a worker
+            _fail(_one_line(f"{type(exc).__name__}: {exc}"))
+
+    return wrapper
+
+
+def _registry_option(fn: Callable[P, R]) -> Callable[P, R]:
+    return click.option(
+        "--registry",
+        envvar=REGISTRY_ENV,
+        metavar="zk://HOST:PORT/NAMESPACE",
+        help=f"The registry to operate on (default: ${REGISTRY_ENV}).",
+    )(fn)
+
+
+def _json_option(fn: Callable[P, R]) -> Callable[P, R]:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
+
+
+def _server_option(what: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    return click.option("--server", metavar="IP", help=what)
+
+
+@contextmanager
+def _admin(url: str | None) -> Iterator[Admin]:
+    if not url:
+        raise ConfigError(
+            "registry", f"not given; pass --registry zk://HOST:PORT/NAMESPACE or set {REGISTRY_ENV}"
+        )
+    config = parse_registry_url(url)
+    if config.is_memory:
+        raise ConfigError(
+            "registry", "memory:// lives inside one process; operate on zk://HOST:PORT/NAMESPACE"
+        )
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        # kazoo logs every failed connection attempt; the one error line says it all.
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    from shardcron.registry.zookeeper import ZooKeeperRegistry
+
+    registry = ZooKeeperRegistry(config)
+    try:
+        try:
+            registry.start(timeout=CONNECT_TIMEOUT_SECONDS)
+        except RegistryError:
+            raise ShardcronError(
+                f"registry unreachable: no ZooKeeper answered at {config.servers} "
+                f"within {CONNECT_TIMEOUT_SECONDS:.0f}s"
+            ) from None
+        yield Admin(registry)
+    finally:
+        registry.close()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _targets(job: str | None, server: str | None) -> None:
+    if job is None and server is None:
+        raise ConfigError("JOB", "name a job, --server IP, or both")
+
+
+def _item(text: str) -> int:
+    if not text.strip().isdigit():
+        raise ConfigError("ITEM", f"{text!r} is not an item number (0, 1, ...)")
+    return int(text)
+
+
+def _settings(pairs: Sequence[str]) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("--set", f"{pair!r} is not KEY=VALUE (e.g. shardingTotalCount=4)")
+        settings[key.strip()] = value
+    return settings
+
+
+def _to_json(value: object) -> Any:
+    if isinstance(value, JobConfig):
+        return yaml.safe_load(value.to_yaml())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_json(each) for each in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value
+
+
+def _echo_json(value: object) -> None:
+    click.echo(json.dumps(_to_json(value), indent=2))
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [list(headers)] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def _cell(value: object) -> str:
+    if value is None or value is False or value == "":
+        return "-"
+    if value is True:
+        return "yes"
+    if isinstance(value, datetime):
+        return value.astimezone().isoformat(sep=" ", timespec="seconds")
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def _echo_writes(writes: list[Write], as_json: bool, nothing: str) -> None:
+    if as_json:
+        _echo_json(writes)
+        return
+    for write in writes:
+        click.echo(
+            f"{write.path} deleted" if write.value is None else f"{write.path} = {write.value!r}"
+        )
+    if not writes:
+        click.echo(nothing, err=True)
+
+
+@main.command()
+@click.argument("job", required=False)
+@_server_option("Show the jobs of this server IP instead.")
+@_registry_option
+@_json_option
+@_operation
+def status(job: str | None, server: str | None, registry: str | None, as_json: bool) -> None:
+    """Show all jobs and servers, one job in detail, or the jobs of one server."""
+    with _admin(registry) as admin:
+        if job is not None:
+            overview = admin.overview(job)
+            if as_json:
+                _echo_json(overview)
+            else:
+                click.echo(_overview_text(overview))
+        elif server is not None:
+            server_jobs = admin.server_jobs(server)
+            if as_json:
+                _echo_json(server_jobs)
+                return
+            rows = [(j.job_name, j.status, j.instance_count) for j in server_jobs]
+            click.echo(_table(("JOB", "STATUS", "INSTANCES ON " + server), rows))
+        else:
+            jobs, servers = admin.jobs(), admin.servers()
+            if as_json:
+                _echo_json({"jobs": jobs, "servers": servers})
+                return
+            job_rows = [
+                (
+                    j.job_name,
+                    j.status,
+                    j.instance_count,
+                    j.sharding_total_count,
+                    j.cron,
+                    j.next_fire,
+                    j.description,
+                )
+                for j in jobs
+            ]
+            click.echo(
+                _table(
+                    ("JOB", "STATUS", "INSTANCES", "ITEMS", "CRON", "NEXT FIRE", "DESCRIPTION"),
+                    job_rows,
+                )
+            )
+            server_rows = [
+                (s.server_ip, s.instances_num, s.jobs_num, s.disabled_jobs_num) for s in servers
+            ]
+            click.echo()
+            click.echo(_table(("SERVER", "INSTANCES", "JOBS", "DISABLED JOBS"), server_rows))
+
+
+def _overview_text(view: JobOverview) -> str:
+    brief, cfg = view.brief, view.config
+    cron = "- (one-off: runs when triggered)" if not cfg.cron else cfg.cron
+    if cfg.cron and cfg.time_zone:
+        cron += f" ({cfg.time_zone})"
+    facts = [
+        ("job", brief.job_name),
+        ("status", brief.status),
+        ("description", brief.description or "-"),
+        ("cron", cron),
+        ("next fire", _cell(brief.next_fire)),
+        ("items", brief.sharding_total_count),
+        ("leader", view.leader or "-"),
+        ("resharding", "pending (next fire)" if view.resharding else "no"),
+        ("failover queue", _cell(view.failover_queue)),
+    ]
+    lines = [f"{name + ':':<16}{value}" for name, value in facts]
+    owned: dict[str, list[int]] = {}
+    for item in view.items:
+        if item.instance_id:
+            owned.setdefault(item.instance_id, []).append(item.item)
+    instance_rows = [
+        (
+            i.instance_id,
+            i.server_ip,
+            i.server_status,
+            i.leader,
+            owned.get(i.instance_id),
+        )
+        for i in view.instances
+    ]
+    item_rows = [
+        (i.item, i.status, i.instance_id, i.server_ip, i.failover_instance or i.failover, i.misfire)
+        for i in view.items
+    ]
+    return "\n".join(
+        [
+            *lines,
+            "",
+            _table(("INSTANCE", "SERVER", "SERVER STATUS", "LEADER", "ITEMS"), instance_rows),
+            "",
+            _table(("ITEM", "STATUS", "INSTANCE", "SERVER", "FAILOVER", "MISFIRE"), item_rows),
+        ]
+    )
+
+
+@main.command()
+@click.argument("job")
+@_registry_option
+@_json_option
+@_operation
+def trigger(job: str, registry: str | None, as_json: bool) -> None:
+    """Run JOB now on every online instance (each runs its own items)."""
+    with _admin(registry) as admin:
+        writes = admin.trigger(job)
+        if not writes:
+            raise ShardcronError(f"job {job!r} has no online instance; nothing was triggered")
+        _echo_writes(writes, as_json, "")
+
+
+@main.command()
+@click.argument("job", required=False)
+@_server_option("Only this server IP (alone: this server in every job).")
+@_registry_option
+@_json_option
+@_operation
+def disable(job: str | None, server: str | None, registry: str | None, as_json: bool) -> None:
+    """Stop JOB from running on its servers (its items move to enabled ones)."""
+    _targets(job, server)
+    with _admin(registry) as admin:
+        _echo_writes(admin.disable(job, server), as_json, "no server to disable")
+
+
+@main.command()
+@click.argument("job", required=False)
+@_server_option("Only this server IP (alone: this server in every job).")
+@_registry_option
+@_json_option
+@_operation
+def enable(job: str | None, server: str | None, registry: str | None, as_json: bool) -> None:
+    """Let JOB run on its servers again."""
+    _targets(job, server)
+    with _admin(registry) as admin:
+        _echo_writes(admin.enable(job, server), as_json, "no server to enable")
+
+
+@main.command("disable-item")
+@click.argument("job")
+@click.argument("item")
+@_registry_option
+@_json_option
+@_operation
+def disable_item(job: str, item: str, registry: str | None, as_json: bool) -> None:
+    """Skip one item of JOB from the next fire on (no resharding)."""
+    with _admin(registry) as admin:
+        _echo_writes(admin.disable_item(job, _item(item)), as_json, "")
+
+
+@main.command("enable-item")
+@click.argument("job")
+@click.argument("item")
+@_registry_option
+@_json_option
+@_operation
+def enable_item(job: str, item: str, registry: str | None, as_json: bool) -> None:
+    """Run a disabled item of JOB again."""
+    with _admin(registry) as admin:
+        _echo_writes(admin.enable_item(job, _item(item)), as_json, "")
+
+
+@main.command()
+@click.argument("job", required=False)
+@_server_option("Only the instances on this server IP (alone: in every job).")
+@_registry_option
+@_json_option
+@_operation
+def shutdown(job: str | None, server: str | None, registry: str | None, as_json: bool) -> None:
+    """Stop JOB on its instances until their workers restart (items move to the others)."""
+    _targets(job, server)
+    with _admin(registry) as admin:
+        _echo_writes(admin.shutdown(job, server), as_json, "no instance to shut down")
+
+
+@main.command()
+@click.argument("job", required=False)
+@_server_option("Remove this server IP from JOB (alone: from every job) instead.")
+@_registry_option
+@_json_option
+@_operation
+def remove(job: str | None, server: str | None, registry: str | None, as_json: bool) -> None:
+    """Delete JOB from the registry (its instances stop it), or a server's nodes."""
+    _targets(job, server)
+    with _admin(registry) as admin:
+        if server is not None:
+            _echo_writes(admin.remove_server(server, job), as_json, "")
+        elif job is not None:
+            _echo_writes(admin.remove_job(job), as_json, "")
+
+
+@main.command()
+@click.argument("job")
+@click.option(
+    "--set",
+    "pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Change a key (camelCase, props.NAME for a property); repeatable.",
+)
+@_registry_option
+@_json_option
+@_operation
+def config(job: str, pairs: tuple[str, ...], registry: str | None, as_json: bool) -> None:
+    """Show JOB's registry config, or change keys of it (validated before writing)."""
+    settings = _settings(pairs)
+    with _admin(registry) as admin:
+        if settings:
+            admin.update_config(job, settings)
+            click.echo(f"updated job {job!r}: {', '.join(settings)}", err=True)
+        if as_json:
+            _echo_json(admin.config(job))
+        else:
+            click.echo(admin.config_yaml(job), nl=False)
+
+
+@main.command()
+@click.argument("job")
+@click.option(
+    "--from",
+    "source",
+    metavar="HOST:PORT",
+    help="Ask a worker's dump port instead of reading the registry.",
+)
+@click.option("--no-mask", is_flag=True, help="Show IP addresses instead of ip1, ip2, ...")
+@_registry_option
+@_operation
+def dump(job: str, source: str | None, no_mask: bool, registry: str | None) -> None:
+    """Print every node of JOB's registry subtree as ``path | value`` lines."""
+    if source is not None:
+        host, sep, port = source.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ConfigError("--from", f"{source!r} is not HOST:PORT")
+        text = request_dump(host or "127.0.0.1", int(port), job)
+        click.echo(text, nl=False)
+        return
+    with _admin(registry) as admin:
+        click.echo(admin.dump(job, mask=not no_mask), nl=False)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
@@ -67,10 +67,10 @@ def find_zookeeper() -> Path:
 def _classpath(jar_dir: Path) -> list[Path]:
     debian_jar = jar_dir / "zookeeper.jar"
     if debian_jar.is_file():
-        # Debian's jar lists its dependencies in its manifest but ships no slf4j binding,
-        # so without slf4j-simple the server would log nothing at all.
-        simple = jar_dir / "slf4j-simple.jar"
-        return [debian_jar, simple] if simple.is_file() else [debian_jar]
+        # Debian's jar names most dependencies in its manifest, but not the slf4j binding
+        # (without it the server logs nothing) nor the netty parts the Netty factory needs.
+        extras = ("slf4j-simple.jar", "netty-codec.jar", "netty-resolver.jar")
+        return [debian_jar, *(jar_dir / name for name in extras if (jar_dir / name).is_file())]
     if any(jar_dir.glob("zookeeper-[0-9]*.jar")):
         return sorted(jar_dir.glob("*.jar"))  # an upstream tarball's lib/: every dependency
     return []
@@ -110,6 +110,7 @@ class ZooKeeperServer:
         max_session_timeout_ms: int = 60_000,
         log_level: str = "info",
         heap_mb: int = 256,
+        java_options: Sequence[str] = (),
     ) -> None:
         self._fixed_port = port is not None
         self._port = port
@@ -118,6 +119,7 @@ class ZooKeeperServer:
         self._max_session_timeout_ms = max_session_timeout_ms
         self._log_level = log_level
         self._heap_mb = heap_mb
+        self._java_options = tuple(java_options)
         self._workdir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
@@ -197,6 +199,11 @@ class ZooKeeperServer:
             f"-Dorg.slf4j.simpleLogger.defaultLogLevel={self._log_level}",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+            # The NIO factory can leave a client's socket open and unanswered when it connects
+            # while the server is loading its data (ZOOKEEPER-5051): after restart() such a
+            # client hangs for its whole session timeout. The Netty factory closes it at once.
+            "-Dzookeeper.serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            *self._java_options,
             "-cp",
             os.pathsep.join(str(p) for p in _classpath(find_zookeeper())),
             MAIN_CLASS,

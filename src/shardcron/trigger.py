@@ -12,9 +12,10 @@ Two dialects are accepted, told apart by the number of fields:
   numbered 1=SUN .. 7=SAT. Exactly one of the two day fields must be ``?``. Besides
   ``*``, lists, ranges and steps (``0/5``, ``10-40/10``, ``*/15``; a range may wrap, as
   ``FRI-MON`` or ``22-2``) it knows ``L`` (last day of the month; ``L-3`` three days
-  before it), ``15W`` (the weekday nearest the 15th, never leaving the month), ``LW``
-  (the last weekday), ``5L`` (the last Thursday), ``6#3`` (the third Friday) and ``L``
-  alone in day-of-week (Saturday). The year field takes 1970-2099.
+  before it), ``15W`` (the weekday nearest the 15th, never leaving the month; a month
+  too short for the day has no fire), ``LW`` (the last weekday), ``5L`` (the last
+  Thursday), ``6#3`` (the third Friday) and ``L`` alone in day-of-week (Saturday).
+  The year field takes 1970-2099.
 * **Unix** (Vixie cron), 5 fields: ``minute hour day-of-month month day-of-week``,
   firing at second 0. Days of the week are 0-7 with both 0 and 7 meaning Sunday. When
   both day fields are restricted (neither starts with ``*``) a day matches if *either*
@@ -25,12 +26,13 @@ Names (``JAN``-``DEC``, ``SUN``-``SAT``) and letters are case-insensitive.
 
 The time zone is an IANA name (``Asia/Shanghai``), a fixed offset in the Java style
 ElasticJob uses (``GMT+08:00``, ``GMT-5``, ``GMT``, ``UTC``), or nothing for the
-machine's local zone.
+machine's local zone. ``next_fire`` looks at most a century ahead: an expression that
+cannot match in that time (a year field in the past, say) gives None.
 
 **Daylight saving time.** Fields are matched against the wall clock of the zone. When
 the clocks jump, we follow Debian's cron, which splits jobs in two kinds: a job whose
-minute or hour field starts with ``*`` (for Quartz, ``0/n`` counts as ``*/n``) is an
-*interval* job; any other job is a *fixed-time* job.
+minute or hour field starts with ``*`` (or with ``0/``, Quartz's spelling of ``*/``) is
+an *interval* job; any other job is a *fixed-time* job.
 
 * Spring forward (a wall time does not exist): a fixed-time job due in the gap fires
   once, at the first instant after the gap (``0 30 2 * * ?`` in New York on
@@ -77,7 +79,8 @@ _MACROS = {
     "@MIDNIGHT": "0 0 * * *",
     "@HOURLY": "0 * * * *",
 }
-_MONTH_NAMES = {name: n for n, name in enumerate(calendar.month_abbr[1:], 1)}
+# Spelled out rather than taken from `calendar`, whose names follow the locale.
+_MONTH_NAMES = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 _DAY_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 _LONGEST_MONTH = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _SATURDAY, _SUNDAY = 5, 6  # date.weekday() numbering
@@ -104,7 +107,7 @@ _SECONDS = _Field("second", 0, 59)
 _MINUTES = _Field("minute", 0, 59)
 _HOURS = _Field("hour", 0, 23)
 _DOM = _Field("day-of-month", 1, 31)
-_MONTHS = _Field("month", 1, 12, {name.upper(): n for name, n in _MONTH_NAMES.items()})
+_MONTHS = _Field("month", 1, 12, {name: n for n, name in enumerate(_MONTH_NAMES, 1)})
 _QUARTZ_DOW = _Field("day-of-week", 1, 7, {name: n for n, name in enumerate(_DAY_NAMES, 1)})
 _UNIX_DOW = _Field("day-of-week", 0, 7, {name: n for n, name in enumerate(_DAY_NAMES)})
 _YEARS = _Field("year", 1970, 2099)
