@@ -6,6 +6,7 @@ import time
 
 from shardcron.config import JobConfig
 from shardcron.paths import JobPaths
+from shardcron.scheduler import Scheduler
 from shardcron.strategies import avg_allocation, order_instances
 from shardcron.testing import ZooKeeperServer
 from tests.cluster import Recorder, cluster, overlaps
@@ -168,3 +169,82 @@ def test_round_trip_budget_per_fire(zookeeper: ZooKeeperServer) -> None:
     assert used[idle] == 0, used
     for instance in busy:
         assert used[instance] <= 2 * fires, (used, fires)
+
+
+def test_an_instance_id_held_by_a_live_session_is_refused(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    with cluster(zookeeper, every_second("dupid", 2), recorder) as c:
+        c.start(A)
+        twin = Scheduler(c.registry(), instance_id=A)
+        twin.add_job(c.config, recorder.job_for(A))
+        twin.start()
+        try:
+            assert "dupid" in twin.failed
+            assert "already registered by a live session" in str(twin.failed["dupid"])
+            assert not twin.runtimes
+        finally:
+            twin.stop()
+
+
+def test_a_different_job_under_the_same_name_is_refused(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    with cluster(zookeeper, every_second("clash", 1, callable="tests.jobs:ledger"), recorder) as c:
+        c.admin.put("/clash", b"billing.jobs:settle")  # another application's job
+        scheduler = Scheduler(c.registry(), instance_id=A)
+        scheduler.add_job(c.config, recorder.job_for(A))
+        scheduler.start()
+        try:
+            assert "different job under this name" in str(scheduler.failed["clash"])
+        finally:
+            scheduler.stop()
+
+
+def test_registry_config_wins_unless_overwrite(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    paths = JobPaths("owner")
+    with cluster(zookeeper, every_second("owner", 2), recorder) as c:
+        c.start(A)
+        stored = JobConfig.from_yaml((c.admin.get(paths.config) or b"").decode())
+        assert stored.sharding_total_count == 2
+        c.start(B, every_second("owner", 5))  # a stale local config does not win
+        assert c.schedulers[B].runtimes["owner"].config.sharding_total_count == 2
+        c.start(C, every_second("owner", 3, overwrite=True))  # overwrite does
+        stored = JobConfig.from_yaml((c.admin.get(paths.config) or b"").decode())
+        assert stored.sharding_total_count == 3
+
+
+def test_config_updates_reshard_and_reschedule(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    paths = JobPaths("live")
+    with cluster(zookeeper, every_second("live", 2), recorder) as c:
+        for instance in (A, B):
+            c.start(instance)
+        recorder.owners_in_fire(time.time(), 2)
+        stored = JobConfig.from_yaml((c.admin.get(paths.config) or b"").decode())
+        c.admin.put(paths.config, stored.with_changes(sharding_total_count=4).to_yaml().encode())
+        changed = time.time()
+        assert recorder.owners_in_fire(changed, 4) == expected([A, B], 4, "live")
+        c.admin.put(
+            paths.config,
+            stored.with_changes(sharding_total_count=4, cron="0/3 * * * * ?").to_yaml().encode(),
+        )
+        rescheduled = time.time() + 1
+        wait_until(
+            lambda: len({int(r.start) for r in recorder.since(rescheduled)}) >= 3, timeout=15
+        )
+        assert all(int(r.start) % 3 == 0 for r in recorder.since(rescheduled))
+
+
+def test_a_leader_whose_server_is_disabled_abdicates(zookeeper: ZooKeeperServer) -> None:
+    recorder = Recorder()
+    paths = JobPaths("abdicate")
+    with cluster(zookeeper, every_second("abdicate", 2), recorder) as c:
+        c.start(A)
+        wait_until(lambda: c.admin.get(paths.election_instance) == A.encode(), what="A leads")
+        c.start(B)
+        c.admin.put(paths.server("127.0.0.1"), b"DISABLED")
+        wait_until(
+            lambda: c.admin.get(paths.election_instance) == B.encode(),
+            timeout=10,
+            what="B to lead once A's server is disabled",
+        )
