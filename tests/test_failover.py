@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,28 @@ def admin(zookeeper: ZooKeeperServer) -> Iterator[Registry]:
     registry.start()
     yield registry
     registry.close()
+
+
+@contextmanager
+def failover_workers(
+    zookeeper: ZooKeeperServer, admin: Registry, tmp: Path, items: int, hold: float
+) -> Iterator[Workers]:
+    with workers(
+        tmp,
+        zookeeper.connect_string,
+        admin.namespace,
+        failover_job(items),
+        int(SESSION * 1000),
+        hold,
+    ) as w:
+        yield w
+
+
+def mid_run(w: Workers, items: int, into: float) -> float:
+    """Wait for a fire that starts every item, then ``into`` seconds more; its start time."""
+    fire = next_fire_start(w, time.time(), items)
+    wait_until(lambda: time.time() > fire + into, what="mid-run")
+    return fire
 
 
 def start_all(w: Workers, admin: Registry, *instances: str) -> None:
@@ -92,17 +115,9 @@ def test_every_item_of_a_crashed_instance_runs_again_in_the_same_fire_window(
     zookeeper: ZooKeeperServer, admin: Registry, tmp_path: Path
 ) -> None:
     """The seeds' case: 3 instances, 9 items, one dies mid-run while the others are busy."""
-    with workers(
-        tmp_path,
-        zookeeper.connect_string,
-        admin.namespace,
-        failover_job(9),
-        int(SESSION * 1000),
-        hold=4,
-    ) as w:
+    with failover_workers(zookeeper, admin, tmp_path, 9, hold=4) as w:
         start_all(w, admin, A, B, C)
-        fire = next_fire_start(w, time.time(), 9)
-        wait_until(lambda: time.time() > fire + 1, what="mid-run")
+        fire = mid_run(w, 9, into=1)
         w.workers[B].kill()
         killed = time.time()
         lost = {r.item for r in w.interrupted() if r.instance == B}
@@ -136,17 +151,9 @@ def test_every_item_of_a_crashed_instance_runs_again_in_the_same_fire_window(
 def test_crash_of_an_instance_running_failover_items(
     zookeeper: ZooKeeperServer, admin: Registry, tmp_path: Path
 ) -> None:
-    with workers(
-        tmp_path,
-        zookeeper.connect_string,
-        admin.namespace,
-        failover_job(6),
-        int(SESSION * 1000),
-        hold=6,
-    ) as w:
+    with failover_workers(zookeeper, admin, tmp_path, 6, hold=6) as w:
         start_all(w, admin, A, B, C)
-        fire = next_fire_start(w, time.time(), 6)
-        wait_until(lambda: time.time() > fire + 0.5, what="mid-run")
+        mid_run(w, 6, into=0.5)
         w.workers[B].kill()
         killed = time.time()
         lost_b = {r.item for r in w.interrupted() if r.instance == B}
@@ -172,17 +179,9 @@ def test_crash_of_an_instance_running_failover_items(
 def test_whole_cluster_restart_requeues_persistent_running_nodes(
     zookeeper: ZooKeeperServer, admin: Registry, tmp_path: Path
 ) -> None:
-    with workers(
-        tmp_path,
-        zookeeper.connect_string,
-        admin.namespace,
-        failover_job(4),
-        int(SESSION * 1000),
-        hold=6,
-    ) as w:
+    with failover_workers(zookeeper, admin, tmp_path, 4, hold=6) as w:
         start_all(w, admin, A, B)
-        fire = next_fire_start(w, time.time(), 4)
-        wait_until(lambda: time.time() > fire + 0.5, what="mid-run")
+        mid_run(w, 4, into=0.5)
         w.workers[A].kill()
         w.workers[B].kill()
         wait_until(
@@ -204,17 +203,9 @@ def test_whole_cluster_restart_requeues_persistent_running_nodes(
 def test_turning_failover_off_clears_failover_nodes(
     zookeeper: ZooKeeperServer, admin: Registry, tmp_path: Path
 ) -> None:
-    with workers(
-        tmp_path,
-        zookeeper.connect_string,
-        admin.namespace,
-        failover_job(4),
-        int(SESSION * 1000),
-        hold=8,
-    ) as w:
+    with failover_workers(zookeeper, admin, tmp_path, 4, hold=8) as w:
         start_all(w, admin, A, B)
-        fire = next_fire_start(w, time.time(), 4)
-        wait_until(lambda: time.time() > fire + 0.5, what="mid-run")
+        mid_run(w, 4, into=0.5)
         w.workers[B].kill()
         wait_until(
             lambda: any(admin.stat(PATHS.failovering(i)) for i in range(4)),
@@ -241,21 +232,13 @@ def test_a_stalled_worker_wakes_up_fenced(
 ) -> None:
     """SIGSTOP past the session timeout: the item is taken over; the stale run's token is
     lower and its claim check says no (ElasticJob issue #1549)."""
-    with workers(
-        tmp_path,
-        zookeeper.connect_string,
-        admin.namespace,
-        failover_job(4),
-        int(SESSION * 1000),
-        hold=6,
-    ) as w:
+    with failover_workers(zookeeper, admin, tmp_path, 4, hold=6) as w:
         for instance in (A, B):
             w.start(instance, {"SHARDCRON_CHECK_CLAIM": "1"})
         wait_until(
             lambda: registered(admin, "ledger", A) and registered(admin, "ledger", B), timeout=30
         )
-        fire = next_fire_start(w, time.time(), 4)
-        wait_until(lambda: time.time() > fire + 0.5, what="mid-run")
+        mid_run(w, 4, into=0.5)
         w.workers[B].kill(signal.SIGSTOP)
         stopped = time.time()
         stalled = {r.item: r for r in w.interrupted() if r.instance == B}

@@ -226,7 +226,7 @@ def _cell(value: object) -> str:
         return value.astimezone().isoformat(sep=" ", timespec="seconds")
     if isinstance(value, list | tuple):
         return ",".join(str(v) for v in value) or "-"
-    return str(value)
+    return str(value).replace("\n", " ")
 
 
 def _echo_writes(writes: list[Write], as_json: bool, nothing: str) -> None:
@@ -469,7 +469,7 @@ def config(job: str, pairs: tuple[str, ...], registry: str | None, as_json: bool
 @_registry_option
 @_operation
 def dump(job: str, source: str | None, no_mask: bool, registry: str | None) -> None:
-    """Print every node of JOB's registry subtree as ``path | value`` lines."""
+    """Print every node of JOB's registry subtree as 'path | value' lines."""
     if source is not None:
         host, sep, port = source.rpartition(":")
         if not sep or not port.isdigit():

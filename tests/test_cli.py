@@ -1,0 +1,261 @@
+"""The operations commands against a real ZooKeeper with running instances: tables, --json,
+exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner, Result
+
+from shardcron.admin import Admin, ItemStatus
+from shardcron.cli import main
+from shardcron.config import JobConfig
+from shardcron.dump import DumpServer
+from shardcron.testing import ZooKeeperServer
+from tests.cluster import Cluster, Recorder, cluster
+from tests.helpers import wait_until
+from tests.workers import ROOT
+
+A, B = "127.0.0.1@-@4201", "127.0.0.2@-@4202"
+
+
+def url(c: Cluster) -> str:
+    return f"zk://{c.server.connect_string}/{c.namespace}"
+
+
+def run(*args: str, env: dict[str, str | None] | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), env={"SHARDCRON_REGISTRY": None, **(env or {})})
+
+
+def ok(*args: str, env: dict[str, str | None] | None = None) -> str:
+    result = run(*args, env=env)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def fails(*args: str) -> str:
+    """The one error line of a failing command."""
+    result = run(*args)
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def orders(zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
+    """Two instances running a 4-item job every second, each item run recorded."""
+    recorder = Recorder()
+    config = JobConfig(
+        job_name="orders", cron="* * * * * ?", sharding_total_count=4, description="the orders"
+    )
+    with cluster(zookeeper, config, recorder) as c:
+        c.start(A)
+        c.start(B)
+        wait_until(
+            lambda: {r.instance for r in recorder.runs} == {A, B}, timeout=15, what="runs on both"
+        )
+        yield c
+
+
+@pytest.fixture
+def report(zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
+    """Two instances of a one-off 4-item job: it runs only when triggered."""
+    with cluster(zookeeper, JobConfig(job_name="report", sharding_total_count=4), Recorder()) as c:
+        c.start(A)
+        c.start(B)
+        yield c
+
+
+def test_status_shows_jobs_and_servers_as_tables_and_json(orders: Cluster) -> None:
+    lines = ok("status", "--registry", url(orders)).splitlines()
+
+    assert lines[0].split() == [
+        "JOB", "STATUS", "INSTANCES", "ITEMS", "CRON", "NEXT", "FIRE", "DESCRIPTION"
+    ]  # fmt: skip
+    assert lines[1].split()[:7] == ["orders", "OK", "2", "4", "*", "*", "*"]
+    assert lines[1].endswith("the orders")
+    assert lines[3].split() == ["SERVER", "INSTANCES", "JOBS", "DISABLED", "JOBS"]
+    assert [line.split() for line in lines[4:]] == [
+        ["127.0.0.1", "1", "1", "0"],
+        ["127.0.0.2", "1", "1", "0"],
+    ]
+
+    data = json.loads(ok("status", "--json", env={"SHARDCRON_REGISTRY": url(orders)}))
+    [job] = data["jobs"]
+    assert (job["job_name"], job["status"], job["instance_count"]) == ("orders", "OK", 2)
+    assert job["next_fire"].endswith("+00:00")
+    assert [(s["server_ip"], s["instances"]) for s in data["servers"]] == [
+        ("127.0.0.1", [A]),
+        ("127.0.0.2", [B]),
+    ]
+
+
+def test_status_of_one_job_shows_its_instances_and_items(orders: Cluster) -> None:
+    text = ok("status", "orders", "--registry", url(orders))
+
+    facts = dict(line.split(":", 1) for line in text.split("\n\n")[0].splitlines())
+    assert facts["status"].strip() == "OK"
+    assert facts["leader"].strip() in (A, B)
+    instance_rows = [line.split() for line in text.split("\n\n")[1].splitlines()[1:]]
+    assert {(row[0], row[1], row[2]) for row in instance_rows} == {
+        (A, "127.0.0.1", "ENABLED"),
+        (B, "127.0.0.2", "ENABLED"),
+    }
+    item_rows = [line.split() for line in text.split("\n\n")[2].splitlines()[1:]]
+    assert [row[0] for row in item_rows] == ["0", "1", "2", "3"]
+
+    view = json.loads(ok("status", "orders", "--json", "--registry", url(orders)))
+    assert view["brief"]["status"] == "OK"
+    assert view["config"]["shardingTotalCount"] == 4
+    assert {i["instance_id"] for i in view["items"]} == {A, B}
+
+    server = ok("status", "--server", "127.0.0.2", "--registry", url(orders)).splitlines()
+    assert server[1].split() == ["orders", "OK", "1"]
+
+
+def test_disable_and_enable_a_server_move_items(orders: Cluster) -> None:
+    admin = Admin(orders.admin)
+
+    out = ok("disable", "orders", "--server", "127.0.0.2", "--registry", url(orders))
+
+    assert out == "/orders/servers/127.0.0.2 = 'DISABLED'\n"
+    wait_until(
+        lambda: {i.instance_id for i in admin.sharding("orders")} == {A}, what="items on A only"
+    )
+    data = json.loads(
+        ok("enable", "orders", "--server", "127.0.0.2", "--json", "--registry", url(orders))
+    )
+    assert data == [{"path": "/orders/servers/127.0.0.2", "value": "ENABLED"}]
+    wait_until(
+        lambda: {i.instance_id for i in admin.sharding("orders")} == {A, B}, what="items on both"
+    )
+
+
+def test_trigger_item_switches_shutdown_and_remove_on_a_one_off_job(report: Cluster) -> None:
+    recorder, admin, registry = report.recorder, Admin(report.admin), url(report)
+
+    out = ok("trigger", "report", "--registry", registry)
+
+    assert sorted(out.splitlines()) == [f"/report/trigger/{A} = ''", f"/report/trigger/{B} = ''"]
+    wait_until(lambda: len(recorder.runs) == 4, what="4 triggered items")
+
+    assert json.loads(ok("disable-item", "report", "1", "--json", "--registry", registry)) == [
+        {"path": "/report/sharding/1/disabled", "value": ""}
+    ]
+    assert admin.sharding("report")[1].status is ItemStatus.DISABLED
+    moment = time.time()
+    ok("trigger", "report", "--registry", registry)
+    wait_until(
+        lambda: (
+            {r.item for r in recorder.since(moment)} == {0, 2, 3}
+            and report.admin.children("/report/trigger") == []
+            and not any(i.status is ItemStatus.RUNNING for i in admin.sharding("report"))
+        ),
+        what="the second trigger's fires to end",
+    )
+    assert 1 not in {r.item for r in recorder.since(moment)}
+    assert ok("enable-item", "report", "1", "--registry", registry) == (
+        "/report/sharding/1/disabled deleted\n"
+    )
+
+    out = ok("shutdown", "report", "--server", "127.0.0.2", "--registry", registry)
+    assert out == f"/report/instances/{B} deleted\n"
+    wait_until(lambda: "report" not in report.schedulers[B].runtimes, what="B to stop the job")
+
+    out = ok("remove", "report", "--registry", registry)
+    assert out.splitlines() == [f"/report/instances/{A} deleted", "/report deleted"]
+    wait_until(lambda: "report" not in report.schedulers[A].runtimes, what="A to stop the job")
+    assert fails("trigger", "report", "--registry", registry).startswith(
+        "error: job 'report' not found"
+    )
+
+
+def test_config_shows_the_stored_yaml_and_sets_validated_keys(report: Cluster) -> None:
+    registry = url(report)
+    stored = report.admin.get("/report/config")
+    assert stored is not None
+    assert ok("config", "report", "--registry", registry) == stored.decode()
+
+    result = run(
+        "config", "report", "--set", "shardingTotalCount=6", "--set", "props.region=eu",
+        "--registry", registry,
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    assert "shardingTotalCount: 6\n" in result.stdout
+    assert "props:\n  region: eu\n" in result.stdout
+    assert result.stderr == "updated job 'report': shardingTotalCount, props.region\n"
+    data = json.loads(ok("config", "report", "--json", "--registry", registry))
+    assert (data["shardingTotalCount"], data["props"]) == (6, {"region": "eu"})
+
+    for args, message in [
+        (("--set", "shardingTotalCount=abc"), "shardingTotalCount: expected an integer, got 'abc'"),
+        (("--set", "shardingTotalCount=0"), "shardingTotalCount: must be at least 1; got 0"),
+        (("--set", "cron=soon"), "cron: 'soon'"),
+        (("--set", "shardingTotalCont=3"), "did you mean 'shardingTotalCount'?"),
+        (("--set", "nokey"), "--set: 'nokey' is not KEY=VALUE"),
+    ]:
+        assert message in fails("config", "report", *args, "--registry", registry)
+    assert (
+        ok("config", "report", "--json", "--registry", registry)
+        == json.dumps(data, indent=2) + "\n"
+    )
+
+
+def test_dump_reads_the_registry_or_a_worker_port(report: Cluster) -> None:
+    registry = url(report)
+    admin = Admin(report.admin)
+
+    assert ok("dump", "report", "--registry", registry) == admin.dump("report")
+    unmasked = ok("dump", "report", "--no-mask", "--registry", registry)
+    assert f"/report/instances/{A} | " in unmasked
+    server = DumpServer(report.admin, port=0).start()
+    try:
+        assert ok("dump", "report", "--from", f"127.0.0.1:{server.port}") == admin.dump("report")
+    finally:
+        server.stop()
+    assert "error: job 'nothing' not found" in fails("dump", "nothing", "--registry", registry)
+    assert "ConnectionRefusedError" in fails("dump", "report", "--from", f"127.0.0.1:{server.port}")
+
+
+def test_errors_are_one_line_with_exit_status_1(report: Cluster) -> None:
+    registry = url(report)
+    for args, message in [
+        (("status", "reprot"), "job 'reprot' not found in namespace"),
+        (("status", "reprot"), "did you mean 'report'?"),
+        (("status", "--server", "10.1.1.1"), "no job has server '10.1.1.1'"),
+        (("disable", "report", "--server", "10.1.1.1"), "has no server '10.1.1.1'"),
+        (("disable",), "name a job, --server IP, or both"),
+        (("shutdown",), "name a job, --server IP, or both"),
+        (("disable-item", "report", "x"), "ITEM: 'x' is not an item number"),
+        (("disable-item", "report", "4"), "item: 4 is out of range 0..3"),
+        (("config", "report", "--set", "jobName=x"), "jobName: cannot be changed"),
+    ]:
+        assert message in fails(*args, "--registry", registry)
+    assert "registry: not given" in fails("status")
+    assert "registry: 'http://x' is not zk://" in fails("status", "--registry", "http://x")
+    assert "memory:// lives inside one process" in fails("status", "--registry", "memory://")
+
+
+def test_an_unreachable_registry_is_one_line_from_the_real_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "shardcron.cli", "status", "--registry", "zk://127.0.0.1:1/x"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == (
+        "error: registry unreachable: no ZooKeeper answered at 127.0.0.1:1 within 5s\n"
+    )
