@@ -12,6 +12,7 @@ import enum
 import functools
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,9 +24,9 @@ import yaml
 
 from shardcron import demo as demo_module
 from shardcron.admin import Admin, JobOverview, Write
-from shardcron.config import JobConfig, check_file, load_config_file, parse_registry_url
+from shardcron.config import JobConfig, check_file, parse_registry_url, read_config_file
 from shardcron.dump import request_dump
-from shardcron.errors import ConfigError, RegistryError, ShardcronError
+from shardcron.errors import ConfigError, NoNodeError, RegistryError, ShardcronError
 from shardcron.scheduler import Scheduler
 
 REGISTRY_ENV = "SHARDCRON_REGISTRY"
@@ -44,6 +45,8 @@ def _fail(message: str) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG level.")
 def main(verbose: bool) -> None:
     """shardcron: distributed, sharded, fault-tolerant scheduled jobs."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # job callables are imported from the working directory
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -66,27 +69,62 @@ def check(config: str) -> None:
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.option("--registry", help="zk://HOST:PORT[,HOST:PORT]/NAMESPACE or memory://")
 @click.option("--instance-id", help="Explicit instance id (default IP@-@PID).")
-@click.option(
-    "--grace", default=30.0, show_default=True, help="Seconds running items get to finish on stop."
-)
-def run(config: str, registry: str | None, instance_id: str | None, grace: float) -> None:
-    """Run a worker with the jobs of CONFIG until SIGINT/SIGTERM."""
+@click.option("--grace", type=float, help="Seconds running items get to finish on stop [30].")
+@click.option("--tracing", metavar="DB_URL", help="SQLAlchemy URL for execution traces.")
+@click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port.")
+@click.option("--dump-port", type=int, help="Serve the dump@JOB protocol on this port.")
+def run(
+    config: str,
+    registry: str | None,
+    instance_id: str | None,
+    grace: float | None,
+    tracing: str | None,
+    metrics_port: int | None,
+    dump_port: int | None,
+) -> None:
+    """Run a worker with the jobs of CONFIG until SIGINT/SIGTERM.
+
+    A job with a bad setting is reported on one line and left out; the others run.
+    """
+    app, problems = read_config_file(config)
+    if app is None or any(p.job is None for p in problems):
+        _fail(str(next(p for p in problems if p.job is None)))
+    assert app is not None
+    for problem in problems:
+        click.echo(f"error: {problem} (job not started)", err=True)
+    bad = {p.job for p in problems}
+    worker = app.worker  # command-line options win over the file's worker block
+    if tracing is not None:
+        worker = dataclasses.replace(worker, tracing=tracing)
+    if metrics_port is not None:
+        worker = dataclasses.replace(worker, metrics_port=metrics_port)
+    if dump_port is not None:
+        worker = dataclasses.replace(worker, dump_port=dump_port)
     try:
-        app = load_config_file(config)
         target = parse_registry_url(registry) if registry else app.registry
-        scheduler = Scheduler(target, instance_id=instance_id)
+        scheduler = Scheduler(
+            target,
+            instance_id=instance_id,
+            tracing=worker.tracing,
+            metrics_port=worker.metrics_port,
+            metrics_host=worker.metrics_host,
+            dump_port=worker.dump_port,
+        )
         for job in app.jobs:
-            scheduler.add_job(job)
+            if job.job_name not in bad:
+                scheduler.add_job(job)
         scheduler.start()
     except ShardcronError as exc:
         _fail(str(exc))
-    if scheduler.failed and not scheduler.runtimes:
+    for name, error in scheduler.failed.items():
+        click.echo(f"error: {error} (job {name!r} not started)", err=True)
+    if not scheduler.runtimes:
         _fail("no job could start")
     click.echo(
         f"shardcron worker {scheduler.instance_id}: running {', '.join(sorted(scheduler.runtimes))}",
         err=True,
     )
-    scheduler.run_forever(grace)
+    scheduler.run_forever(grace if grace is not None else worker.grace_seconds)
 
 
 @main.command()
@@ -150,10 +188,14 @@ def _admin(url: str | None) -> Iterator[Admin]:
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     from shardcron.registry.zookeeper import ZooKeeperRegistry
 
-    registry = ZooKeeperRegistry(config)
+    registry = ZooKeeperRegistry(config, create_namespace=False)
     try:
         try:
             registry.start(timeout=CONNECT_TIMEOUT_SECONDS)
+        except NoNodeError:
+            raise ShardcronError(
+                f"namespace {config.namespace!r} not found at {config.servers}; check --registry"
+            ) from None
         except RegistryError:
             raise ShardcronError(
                 f"registry unreachable: no ZooKeeper answered at {config.servers} "

@@ -829,11 +829,33 @@ def _parse_registry(data: Mapping[Any, object]) -> tuple[RegistryConfig | None, 
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerConfig:
+    """Settings of the worker process itself (the ``worker`` block); never stored in the
+    registry, so database credentials stay on the host that uses them."""
+
+    tracing: str | None = None  # SQLAlchemy URL of the execution trace database
+    metrics_port: int | None = None  # Prometheus endpoint, on 127.0.0.1 unless metrics_host says
+    metrics_host: str = "127.0.0.1"
+    dump_port: int | None = None  # the dump@{job} TCP service, on 127.0.0.1
+    grace_seconds: float = 30.0
+
+
+_WORKER_KEYS = {
+    "tracing": "tracing",
+    "metricsPort": "metrics_port",
+    "metricsHost": "metrics_host",
+    "dumpPort": "dump_port",
+    "graceSeconds": "grace_seconds",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AppConfig:
     """A loaded config file; ``registry`` is None when the file has no ``registry`` block."""
 
     registry: RegistryConfig | None
     jobs: tuple[JobConfig, ...]
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
 
 
 def load_config_file(path: str | Path, *, validate: bool = True) -> AppConfig:
@@ -846,6 +868,14 @@ def load_config_file(path: str | Path, *, validate: bool = True) -> AppConfig:
     if app is None or errors:
         raise errors[0]
     return app
+
+
+def read_config_file(path: str | Path) -> tuple[AppConfig | None, list[ConfigError]]:
+    """The file's content and every problem in it; None when it cannot be read at all.
+
+    A worker uses this to run the jobs that are fine and report the others.
+    """
+    return _read_config_file(Path(path), validate=True)
 
 
 def check_file(path: str | Path) -> list[str]:
@@ -868,15 +898,39 @@ def _read_config_file(path: Path, *, validate: bool) -> tuple[AppConfig | None, 
     if not isinstance(data, dict):
         problem = f"expected a mapping with 'registry' and 'jobs', got {_kind_name(data)}"
         return None, [ConfigError("file", problem)]
-    errors = [
-        _unknown_key(str(k), ("registry", "jobs"), None)
-        for k in data
-        if k not in ("registry", "jobs")
-    ]
+    top = ("registry", "jobs", "worker")
+    errors = [_unknown_key(str(k), top, None) for k in data if k not in top]
     registry, registry_errors = _registry_from_file(data.get("registry"))
     jobs, job_errors = _jobs_from_file(data.get("jobs"), validate=validate)
-    errors += registry_errors + job_errors
-    return AppConfig(registry=registry, jobs=jobs), errors
+    worker, worker_errors = _worker_from_file(data.get("worker"))
+    errors += registry_errors + job_errors + worker_errors
+    return AppConfig(registry=registry, jobs=jobs, worker=worker), errors
+
+
+def _worker_from_file(raw: object) -> tuple[WorkerConfig, list[ConfigError]]:
+    if raw is None:
+        return WorkerConfig(), []
+    if not isinstance(raw, dict):
+        return WorkerConfig(), [ConfigError("worker", f"expected a mapping, got {_kind_name(raw)}")]
+    values: dict[str, Any] = {}
+    errors: list[ConfigError] = []
+    for key, value in raw.items():
+        name = _WORKER_KEYS.get(str(key))
+        if name is None:
+            errors.append(
+                ConfigError(f"worker.{key}", f"unknown key; use {_choices(_WORKER_KEYS)}")
+            )
+        elif name in ("metrics_port", "dump_port") and not (
+            isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 65536
+        ):
+            errors.append(ConfigError(f"worker.{key}", f"must be a port number; got {value!r}"))
+        elif name == "grace_seconds" and not (isinstance(value, int | float) and value >= 0):
+            errors.append(ConfigError(f"worker.{key}", f"must be seconds >= 0; got {value!r}"))
+        elif name in ("tracing", "metrics_host") and not isinstance(value, str):
+            errors.append(ConfigError(f"worker.{key}", f"must be text; got {value!r}"))
+        else:
+            values[name] = value
+    return WorkerConfig(**values), errors
 
 
 def _registry_from_file(raw: object) -> tuple[RegistryConfig | None, list[ConfigError]]:

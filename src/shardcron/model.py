@@ -67,7 +67,7 @@ class ShardingContext:
         }
 
 
-def task_id(job: str, items: list[int], ip: str, pid: int | None = None) -> str:
+def task_id(job: str, items: list[int], ip: str, pid: int | str | None = None) -> str:
     """Java's task id format: ``{job}@-@{items}@-@READY@-@{ip}@-@{pid}``."""
     joined = ",".join(str(i) for i in items)
     return f"{job}@-@{joined}@-@READY@-@{ip}@-@{os.getpid() if pid is None else pid}"

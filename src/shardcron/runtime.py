@@ -46,8 +46,16 @@ from shardcron.events import (
 from shardcron.jobs import ItemRunner
 from shardcron.listeners import JobListener, ordered
 from shardcron.model import ExecutionSource, FireContext, ShardingContext, task_id
-from shardcron.paths import JobPaths
-from shardcron.registry import EventType, NodeEvent, Op, Registry, SessionState, TreeCache
+from shardcron.paths import INSTANCE_DELIMITER, JobPaths
+from shardcron.registry import (
+    Delete,
+    EventType,
+    NodeEvent,
+    Op,
+    Registry,
+    SessionState,
+    TreeCache,
+)
 from shardcron.strategies import resolve_strategy
 from shardcron.trigger import CronTrigger
 
@@ -136,6 +144,7 @@ class JobRuntime:
         self.stopped = False
         self._cache: TreeCache | None = None
         self._changed = threading.Condition()
+        self._events_seen = 0  # cache events so far; lets waiters skip a wakeup already past
         self._running: set[int] = set()  # items running in this process
         self._misfired: set[int] = set()  # local record, ahead of the cache
         self._suspended = False
@@ -218,6 +227,8 @@ class JobRuntime:
             )
         try:
             self.registry.delete(self.paths.instance(self.instance))
+            if self._cache is not None and self._is_leader():
+                self._emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
             election.abdicate(self.registry, self.paths)
         except RegistryError as exc:
             log.warning("job %s: could not deregister cleanly: %s", self.name, exc)
@@ -228,6 +239,7 @@ class JobRuntime:
 
     def _on_node_event(self, event: NodeEvent) -> None:
         with self._changed:
+            self._events_seen += 1
             self._changed.notify_all()
         self.host.coordinate(
             lambda: self._guarded(lambda: self._handle(event), f"{event.type} {event.path}")
@@ -250,6 +262,9 @@ class JobRuntime:
             self._on_server_event(event, paths.child_name(paths.servers, path) or "")
         elif path == paths.election_instance and event.type is EventType.REMOVED:
             self._elect()
+        elif path == paths.config and event.type is EventType.REMOVED:
+            log.warning("job %s: removed from the registry; stopping here", self.name)
+            self.host.detach(self)
         elif path == paths.config and event.type is EventType.UPDATED:
             self._on_config_changed(JobConfig.from_yaml(event.data.decode(), self.name))
         elif path == paths.trigger(self.instance) and event.type is EventType.ADDED:
@@ -319,6 +334,8 @@ class JobRuntime:
             self._suspended = True
         elif state is SessionState.EXPIRED:
             self._suspended = self._session_lost = True
+            if self._is_leader():  # the ephemeral leader node went with the session
+                self._emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
         elif state in (SessionState.RECONNECTED, SessionState.CONNECTED) and not self.stopped:
             lost, self._session_lost = self._session_lost, False
             try:
@@ -379,6 +396,8 @@ class JobRuntime:
         )
 
     def _flag_resharding(self, force: bool = False) -> None:
+        if not self.cache.exists(self.paths.config):
+            return  # the job is being removed: do not re-create its nodes
         if (
             not force
             and self.config.static_sharding
@@ -466,11 +485,17 @@ class JobRuntime:
     def _await_sharding(self) -> bool:
         cache, paths = self.cache, self.paths
         deadline = time.monotonic() + SHARDING_WAIT_SECONDS
-        while sharding.is_necessary(cache, paths):
+        resharded = False
+        while True:
+            with self._changed:
+                seen = self._events_seen
+            if not sharding.is_necessary(cache, paths):
+                return True
             available = membership.available_instances(cache, paths)
             if not available:
                 return True
-            if self._is_leader() and not sharding.is_processing(cache, paths):
+            if not resharded and self._is_leader() and not sharding.is_processing(cache, paths):
+                resharded = True  # then wait for the cache to show the result
                 strategy = resolve_strategy(self.config.job_sharding_strategy_type)
                 total = self.config.sharding_total_count
                 plan = sharding.reshard(self.registry, cache, paths, total, available, strategy)
@@ -487,8 +512,8 @@ class JobRuntime:
                 )
                 return False
             with self._changed:
-                self._changed.wait(min(left, 0.5))
-        return True
+                if self._events_seen == seen:
+                    self._changed.wait(min(left, 0.5))
 
     def _fire_items(self, only: list[int] | None) -> list[int]:
         cache, paths, cfg = self.cache, self.paths, self.config
@@ -526,7 +551,7 @@ class JobRuntime:
     def _claim_and_run(self, items: list[int], source: ExecutionSource) -> None:
         cfg = self.config
         session = self.registry.session_id
-        claim = execution.Claim(items=list(items))
+        claim = execution.Claim(items=[] if cfg.monitor_execution else list(items))
         try:
             if cfg.monitor_execution:
                 claim = execution.claim(
@@ -537,7 +562,7 @@ class JobRuntime:
                     self.instance,
                     persistent=cfg.failover,
                 )
-        finally:
+        finally:  # on failure nothing was claimed: free everything
             self._release([i for i in items if i not in claim.items])
         if claim.contended:
             self._skip(claim.contended, "still running on another instance")
@@ -563,7 +588,7 @@ class JobRuntime:
     def _dispatch(self, fire: _Fire) -> None:
         cfg = self.config
         params = cfg.sharding_parameters()
-        tid = task_id(self.name, fire.items, self.ip)
+        tid = task_id(self.name, fire.items, self.ip, self.instance.split(INSTANCE_DELIMITER)[-1])
         contexts: deque[ShardingContext] = deque(
             ShardingContext(
                 job_name=self.name,
@@ -714,26 +739,41 @@ class JobRuntime:
         mine = set(
             sharding.local_items(cache, paths, self.instance, self.config.sharding_total_count)
         )
-        ready = sorted(
-            i
-            for i in flagged & mine
-            if i not in self._running and not cache.exists(paths.running(i))
-        )
+        with self._changed:  # called from two threads: only one may take an item
+            ready = sorted(
+                i
+                for i in flagged & mine
+                if i not in self._running and not cache.exists(paths.running(i))
+            )
+            self._misfired.difference_update(ready)
         if not ready:
             return
-        self._misfired.difference_update(ready)
 
         def rerun() -> None:
             try:
-                for item in ready:
-                    self.registry.delete(paths.misfire(item))
+                taken = self._take_misfire_flags(ready)
             except RegistryError as exc:
                 self.error_handler(self.name, None, exc)
                 return
-            log.info("job %s: running misfired items %s", self.name, ready)
-            self.fire(ExecutionSource.MISFIRE, only=ready)
+            if taken:
+                log.info("job %s: running misfired items %s", self.name, taken)
+                self.fire(ExecutionSource.MISFIRE, only=taken)
 
         self.host.submit(rerun)
+
+    def _take_misfire_flags(self, items: list[int]) -> list[int]:
+        """Delete the items' misfire flags; only items whose flag *we* deleted re-run, so
+        two paths noticing the same misfire cannot both run it."""
+        if not self.config.monitor_execution:
+            return items  # flags live only in this process
+        taken = []
+        for item in items:
+            try:
+                self.registry.transaction([Delete(self.paths.misfire(item))])
+                taken.append(item)
+            except TransactionError:
+                log.debug("job %s: misfire of item %d already handled", self.name, item)
+        return taken
 
     # -- failover (coordinator thread) -----------------------------------------------------
 

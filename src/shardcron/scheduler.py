@@ -30,16 +30,19 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from shardcron.config import JobConfig, RegistryConfig, parse_registry_url
+from shardcron.dump import DumpServer
 from shardcron.errorhandlers import make_error_handler
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
 from shardcron.events import Observer
 from shardcron.jobs import AsyncLoop, make_runner
 from shardcron.listeners import JobListener, load_listeners
+from shardcron.metrics import Metrics
 from shardcron.model import ExecutionSource, default_instance_id, local_ip
 from shardcron.paths import instance_ip
 from shardcron.registry import Registry, SessionState
 from shardcron.registry.cache import EventThread
 from shardcron.runtime import ErrorHandler, JobRuntime
+from shardcron.tracing import open_tracer
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +85,22 @@ class Scheduler:
         max_workers: int = 32,
         observers: list[Observer] | None = None,
         error_handler: ErrorHandler | None = None,
+        dump_port: int | None = None,
+        tracing: str | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
+        """``tracing`` is a SQLAlchemy URL for execution traces; ``metrics_port`` serves
+        Prometheus metrics; ``dump_port`` serves ``dump@{job}``. All stay local to this
+        process: nothing about them is written to the registry."""
         self.registry = open_registry(registry)
         self.instance_id = instance_id or default_instance_id()
         self.ip = instance_ip(self.instance_id) if instance_id else local_ip()
         self.observers = list(observers or [])
+        self.tracer = open_tracer(tracing) if tracing else None
+        self.metrics = Metrics(self.registry, self.tracer) if metrics_port is not None else None
+        self._metrics_address = (metrics_host, metrics_port or 0)
+        self.observers += [o for o in (self.tracer, self.metrics) if o is not None]
         self._error_handler = error_handler
         self._jobs: dict[str, tuple[JobConfig, object | None, list[JobListener]]] = {}
         self.runtimes: dict[str, JobRuntime] = {}
@@ -102,6 +116,8 @@ class Scheduler:
         self._generation: dict[str, int] = {}
         self._started = False
         self._stopping = threading.Event()
+        self._dump_port = dump_port
+        self._dump: DumpServer | None = None
 
     # -- declaring jobs -------------------------------------------------------------------
 
@@ -150,6 +166,11 @@ class Scheduler:
         A job that cannot start is logged and listed in :attr:`failed`; the others run.
         """
         self._connect(connect_timeout)
+        if self._dump_port is not None:
+            self._dump = DumpServer(self.registry, self._dump_port).start()
+        if self.metrics is not None:
+            host, port = self._metrics_address
+            self.metrics.serve(port, host)
         self._coordinator = EventThread("shardcron-coordinator")
         self.registry.add_session_listener(self._on_session)
         threading.Thread(target=self._timer_loop, name="shardcron-timer", daemon=True).start()
@@ -214,6 +235,12 @@ class Scheduler:
         self.runtimes.clear()
         if self._coordinator is not None:
             self._coordinator.stop()
+        if self._dump is not None:
+            self._dump.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
+        if self.tracer is not None:
+            self.tracer.close(timeout=5)
         self.registry.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._loop.stop()

@@ -120,8 +120,11 @@ def _stat(zstat: Any) -> Stat:
 class ZooKeeperRegistry:
     """A kazoo session on a ZooKeeper ensemble, chrooted to ``/{namespace}``."""
 
-    def __init__(self, config: RegistryConfig) -> None:
+    def __init__(self, config: RegistryConfig, *, create_namespace: bool = True) -> None:
+        """``create_namespace=False`` makes :meth:`start` fail on a namespace that does not
+        exist, so an operator's typo is reported instead of created."""
         self._config = config
+        self._create_namespace = create_namespace
         self._namespace = config.namespace
         retry = {
             "max_tries": config.max_retries,
@@ -233,7 +236,11 @@ class ZooKeeperRegistry:
             self.client.start(timeout=timeout)
         self._hook_watch_events()
         with _errors(f"create the namespace /{self._namespace}"):
-            self.client.ensure_path("/")
+            if self._create_namespace:
+                self.client.ensure_path("/")
+            elif self.client.exists("/") is None:
+                self.close()
+                raise NoNodeError(f"namespace /{self._namespace} does not exist")
 
     def close(self) -> None:
         self._closing = True
