@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from shardcron.config import JobConfig, JobType, RegistryConfig
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
+from shardcron.listeners import DistributeOnceListener, JobListener
 from shardcron.model import ExecutionSource, FireContext, ShardingContext
 from shardcron.scheduler import Scheduler
 
 __all__ = [
     "ConfigError",
+    "DistributeOnceListener",
     "ExecutionSource",
     "FireContext",
     "JobConfig",
+    "JobListener",
     "JobType",
     "RegistryConfig",
     "RegistryError",

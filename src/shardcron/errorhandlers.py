@@ -5,8 +5,9 @@ fire-level failure such as a listener error or a lost registry connection) and t
 Whatever the handler, the item counts as failed and the scheduler carries on.
 
 * ``LOG`` (default): log the error with its traceback.
-* ``THROW``: re-raise an item's error to the worker, which logs it as unhandled; kept for
-  configs written for ElasticJob. Fire-level errors are logged, as there is no item to fail.
+* ``THROW``: re-raise the error into the runtime, as ElasticJob does: the item is failed
+  either way; a fire-level error raised this way aborts what the fire was doing (e.g. the
+  time-diff check skips the fire). The runtime logs it and the scheduler carries on.
 * ``IGNORE``: drop it (DEBUG log only).
 * ``WEBHOOK``: log it, then POST a JSON report to ``webhook.url`` (``webhook.format`` shapes
   it for chat robots: ``json``, ``slack``, ``dingtalk``, ``wechat``, ``feishu``).
@@ -51,9 +52,6 @@ def log_error(job: str, ctx: ShardingContext | None, error: BaseException) -> No
 
 
 def throw_error(job: str, ctx: ShardingContext | None, error: BaseException) -> None:
-    if ctx is None:
-        log_error(job, ctx, error)
-        return
     raise error
 
 

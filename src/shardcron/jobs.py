@@ -108,6 +108,23 @@ def make_runner(config: JobConfig, target: object | None, loop: AsyncLoop) -> It
     return _simple(found, loop, config.job_name)
 
 
+def prop_problems(config: JobConfig) -> list[ConfigError]:
+    """The first problem :func:`make_runner` would find in the type's props (for checks that
+    must not import or instantiate user code)."""
+    checks: dict[JobType, Callable[[JobConfig], object]] = {
+        JobType.SCRIPT: ScriptSettings.of,
+        JobType.HTTP: HttpSettings.of,
+        JobType.DATAFLOW: _streaming,
+    }
+    check = checks.get(config.type)
+    try:
+        if check is not None:
+            check(config)
+    except ConfigError as err:
+        return [err]
+    return []
+
+
 # -- SIMPLE and coroutine jobs ----------------------------------------------------------
 
 
@@ -154,7 +171,9 @@ def _dataflow(found: object, streaming: bool, loop: AsyncLoop, job: str) -> Item
         try:
             source = found()
         except Exception as exc:
-            problem = f"cannot instantiate {found.__qualname__} without arguments: {exc}"
+            problem = " ".join(
+                f"cannot instantiate {found.__qualname__} without arguments: {exc}".split()
+            )
             raise ConfigError("callable", problem, job=job) from exc
     fetch = getattr(source, "fetch_data", None)
     process = getattr(source, "process_data", None)

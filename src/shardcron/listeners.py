@@ -155,6 +155,15 @@ class DistributeOnceListener:
         # Existence of every node (disabled items) plus the two round numbers.
         self._cache = registry.tree_cache(paths.root, self._on_change, lambda p: p not in parents)
 
+    def unbind(self) -> None:
+        """Drop the watch; fires still waiting give up. For the runtime, when the job stops."""
+        if self._cache is not None:
+            self._cache.close()
+        self._cache = None
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
     def _on_change(self, _event: NodeEvent) -> None:
         with self._changed:
             self._changed.notify_all()
@@ -268,7 +277,7 @@ class DistributeOnceListener:
             # larger than the real one: "past the round we joined" is safe to trust.
             while _round(cache.get(parent)) <= joined:
                 if self._closed:
-                    raise ShardcronError(f"job {paths.job}: registry closed while waiting")
+                    raise ShardcronError(f"job {paths.job}: stopped while waiting for a round")
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
@@ -281,10 +290,11 @@ class _Hook(Protocol):
 
 
 def _round(value: bytes | None) -> int:
+    """The round number a phase node holds; -1 when absent or not ours (ElasticJob: empty)."""
     try:
         return int(value or b"-1")
     except ValueError:
-        return 0  # written by someone else (ElasticJob leaves it empty)
+        return -1
 
 
 def _items(names: list[str]) -> set[int]:

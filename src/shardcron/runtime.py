@@ -232,6 +232,10 @@ class JobRuntime:
             election.abdicate(self.registry, self.paths)
         except RegistryError as exc:
             log.warning("job %s: could not deregister cleanly: %s", self.name, exc)
+        for listener in self.listeners:
+            unbind = getattr(listener, "unbind", None)
+            if unbind is not None:
+                unbind()
         if self._cache is not None:
             self._cache.close()
 
@@ -431,7 +435,7 @@ class JobRuntime:
             if self.stopped:
                 log.debug("job %s: fire cut short by stop: %s", self.name, exc)
             else:
-                self.error_handler(self.name, None, exc)
+                self._report(None, exc)
 
     def _clock_ok(self) -> bool:
         """The time-diff check: compare with the registry's clock, measured once a minute."""
@@ -449,11 +453,7 @@ class JobRuntime:
             f"{self._clock_offset:+.1f}s, more than maxTimeDiffSeconds={limit}; sync this host's "
             "clock (NTP) or raise maxTimeDiffSeconds"
         )
-        try:
-            self.error_handler(self.name, None, error)
-        except Exception:  # noqa: BLE001 - a THROW handler aborts this fire, as in ElasticJob
-            return False
-        return True
+        return self._report(None, error)  # a THROW handler aborts this fire, as in ElasticJob
 
     def reconcile(self) -> bool:
         """Leader: flag resharding if an item is assigned to an instance that is gone."""
@@ -662,11 +662,24 @@ class JobRuntime:
             )
         )
 
+    def _report(self, ctx: ShardingContext | None, error: BaseException) -> bool:
+        """Hand ``error`` to the job's error handler; False if the handler raised (THROW).
+
+        Nothing a handler does may leave the runtime half-way: it is always caught here.
+        """
+        try:
+            self.error_handler(self.name, ctx, error)
+        except Exception as raised:  # handlers are user code
+            if raised is not error:
+                log.exception("job %s: the error handler itself failed", self.name)
+            return False
+        return True
+
     def _call_listener(self, hook: Callable[[FireContext], None], context: FireContext) -> None:
         try:
             hook(context)
         except Exception as exc:  # noqa: BLE001 - a listener's failure must not stop the fire
-            self.error_handler(self.name, None, exc)
+            self._report(None, exc)
 
     def _run_item(self, ctx: ShardingContext) -> BaseException | None:
         self._emit(ItemStarted(job_name=self.name, instance=self.instance, context=ctx, ip=self.ip))
@@ -676,10 +689,7 @@ class JobRuntime:
             self.runner(ctx)
         except Exception as exc:  # noqa: BLE001 - a user's failure fails its item only
             error = exc
-            try:
-                self.error_handler(self.name, ctx, exc)
-            except Exception:
-                log.exception("job %s: the error handler itself failed", self.name)
+            self._report(ctx, exc)
         self._emit(
             ItemFinished(
                 job_name=self.name,
@@ -711,7 +721,7 @@ class JobRuntime:
                     extra = extra if mine else []
                 execution.complete(self.registry, paths, mine, extra)
         except RegistryError as exc:
-            self.error_handler(self.name, None, exc)
+            self._report(None, exc)
         finally:
             self._release(fire.items)
         if fire.context is not None:
@@ -753,7 +763,7 @@ class JobRuntime:
             try:
                 taken = self._take_misfire_flags(ready)
             except RegistryError as exc:
-                self.error_handler(self.name, None, exc)
+                self._report(None, exc)
                 return
             if taken:
                 log.info("job %s: running misfired items %s", self.name, taken)

@@ -17,6 +17,7 @@ Typical use::
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -150,6 +151,13 @@ class Scheduler:
     ) -> Callable[[F], F]:
         """Decorator: ``@scheduler.job(cron="0/5 * * * * ?", sharding_total_count=3)``."""
 
+        known = {f.name for f in dataclasses.fields(JobConfig)} - {"job_name", "cron"}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ConfigError(
+                unknown[0], f"not a job setting; use one of {', '.join(sorted(known))}"
+            )
+
         def register(fn: F) -> F:
             settings.setdefault("sharding_total_count", 1)
             config = JobConfig(job_name=name or fn.__name__, cron=cron, **settings)
@@ -200,7 +208,7 @@ class Scheduler:
         try:
             runner = make_runner(config, target, self._loop)
             listeners = listeners + load_listeners(config.job_listener_types)
-            error_handler = make_error_handler(config) or self._error_handler
+            error_handler = make_error_handler(config, self.instance_id) or self._error_handler
             runtime = JobRuntime(
                 config,
                 runner,
@@ -343,7 +351,7 @@ def _logged(fn: Callable[[], None]) -> None:
 def callable_ref(fn: object) -> str | None:
     """``module:qualname`` of a function importable by that name, else None."""
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if not module or module == "__main__" or "<" in qualname:
+    if not module or not qualname or module == "__main__" or "<" in qualname:
         return None
     return f"{module}:{qualname}"
 
