@@ -66,10 +66,6 @@ CLOCK_REFRESH_SECONDS = 60.0
 # How long a busy instance leaves queued failover items to idle ones before it takes them.
 FAILOVER_GRACE_SECONDS = 0.1
 
-# Values the fire path never reads; the cache tracks their existence only, so watching
-# other instances' claims costs no reads at all.
-_VALUED_LEAVES = ("config", "instance")
-
 
 class Host(Protocol):
     """What the process-wide scheduler offers its job runtimes."""
@@ -90,6 +86,8 @@ def _log_error(job: str, ctx: ShardingContext | None, error: BaseException) -> N
 
 
 def needs_value(paths: JobPaths, path: str) -> bool:
+    """Whether the cache must fetch ``path``'s value. Flags (``running``, ``misfire``, ...)
+    are tracked for existence only, so watching others' claims costs no reads at all."""
     rel = path[len(paths.root) :]
     return (
         rel == ""
@@ -151,11 +149,9 @@ class JobRuntime:
         self._session_lost = False
         self._idle = threading.Event()
         self._idle.set()
-        self._ready = False
+        self._ready = False  # set once start() registered; earlier events describe the start
         self._clock_offset = 0.0
-        self._clock_checked_at = (
-            0.0  # set once start() registered; earlier events describe the start state
-        )
+        self._clock_checked_at = 0.0
 
     @property
     def name(self) -> str:
@@ -250,12 +246,13 @@ class JobRuntime:
         )
 
     def _guarded(self, fn: Callable[[], object], what: str) -> None:
-        """Run a reaction on the coordinator; a registry failure is logged, not fatal."""
+        """Run a reaction on the coordinator; a failure (registry down, an operator's
+        malformed config) is logged, never fatal."""
         if self.stopped or not self._ready:
             return
         try:
             fn()
-        except RegistryError as exc:
+        except ShardcronError as exc:
             log.warning("job %s: could not react to %s: %s", self.name, what, exc)
 
     def _handle(self, event: NodeEvent) -> None:
@@ -324,6 +321,11 @@ class JobRuntime:
             self._flag_resharding(force=True)
         if old.failover and not new.failover and self._is_leader():
             failover.clear_all(self.registry, self.cache, self.paths)
+        if old.monitor_execution and not new.monitor_execution and self._is_leader():
+            # Claims are no longer made, so the ones left would block nothing but mislead.
+            for item in range(old.sharding_total_count):
+                if self.cache.exists(self.paths.running(item)):
+                    self.registry.delete(self.paths.running(item))
 
     def _on_trigger(self) -> None:
         self.registry.delete(self.paths.trigger(self.instance))
