@@ -5,11 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-if [ ! -x /usr/share/zookeeper/bin/zkServer.sh ] || ! command -v java >/dev/null; then
-    echo "== installing ZooKeeper from Debian packages"
+# System packages: ZooKeeper (and Java) for the registry tests, Chromium for the console's
+# browser tests. A missing one is installed; if that fails, so does this script.
+missing=()
+[ -x /usr/share/zookeeper/bin/zkServer.sh ] && command -v java >/dev/null || missing+=(zookeeper)
+command -v chromium >/dev/null || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing ${missing[*]} from Debian packages"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq zookeeper >/dev/null
+    apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then

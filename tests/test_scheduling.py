@@ -133,10 +133,11 @@ def test_steady_fires_never_overlap_and_never_skip(zookeeper: ZooKeeperServer) -
             c.start(instance)
         first = recorder.owners_in_fire(time.time(), 6)
         begin = min(r.start for r in recorder.runs if r.item in first) // 1
+        # A run is recorded when it ends: wait for a 51st fire so the 50th is complete.
         wait_until(
-            lambda: len({int(r.start) for r in recorder.since(begin)}) >= 50,
-            timeout=70,
-            what="50 fires",
+            lambda: len({int(r.start) for r in recorder.since(begin)}) >= 51,
+            timeout=75,
+            what="51 fires",
         )
         runs = [r for r in recorder.since(begin) if r.start < begin + 50]
     assert overlaps(runs) == []
