@@ -535,8 +535,12 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 @main.command()
 @_registry_option
 @click.option("--tracing", metavar="DB_URL", help="The trace database the workers write to.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8899, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, metavar="ADDRESS", help="Listen address."
+)
+@click.option(
+    "--port", default=8899, show_default=True, type=click.IntRange(0, 65535), help="Listen port."
+)
 @click.option(
     "--admin",
     "admins",
@@ -569,7 +573,7 @@ def console(
     guests: tuple[str, ...],
     secret: str | None,
 ) -> None:
-    """Serve the web console: jobs, sharding, servers, history, and the actions above."""
+    """Serve the web console: jobs, sharding, servers, history, and every operation."""
     try:
         import uvicorn
 
