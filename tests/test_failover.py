@@ -164,7 +164,15 @@ def test_crash_of_an_instance_running_failover_items(
         survivor = C if rescuer == A else A
         w.workers[rescuer].kill()  # dies while running a failover item
         killed_again = time.time()
-        lost = {r.item for r in w.interrupted() if r.instance in (B, rescuer)}
+        # Lost now: everything the rescuer was running (its own items and B's), and B's
+        # items the survivor had not taken over yet.
+        survivor_took = {
+            r.item
+            for r in w.runs(unfinished=True)
+            if r.instance == survivor and r.source == "FAILOVER" and r.start > killed
+        }
+        lost = {r.item for r in w.interrupted() if r.instance == rescuer} | (lost_b - survivor_took)
+        assert first.item in lost
         taken = wait_until(
             lambda: all_taken(w, lost, killed_again),
             timeout=SESSION + 5,
