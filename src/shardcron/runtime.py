@@ -45,7 +45,7 @@ from shardcron.events import (
 )
 from shardcron.jobs import ItemRunner
 from shardcron.listeners import JobListener, ordered
-from shardcron.model import ExecutionSource, FireContext, ShardingContext, task_id
+from shardcron.model import ExecutionSource, FireContext, ServerStatus, ShardingContext, task_id
 from shardcron.paths import INSTANCE_DELIMITER, JobPaths
 from shardcron.registry import (
     Delete,
@@ -182,7 +182,9 @@ class JobRuntime:
             bind = getattr(listener, "bind", None)
             if bind is not None:  # distributed listeners coordinate through the registry
                 bind(self.registry, paths, self.instance)
-        membership.register_server(self.registry, paths, self.ip, not self.config.disabled)
+        status = ServerStatus.DISABLED if self.config.disabled else ServerStatus.ENABLED
+        if self.cache.get(paths.server(self.ip)) != status.encode():
+            membership.register_server(self.registry, paths, self.ip, not self.config.disabled)
         membership.register_instance(self.registry, paths, self.instance, self.ip)
         self._elect()
         self._ready = True
@@ -193,14 +195,15 @@ class JobRuntime:
 
     def _setup_config(self) -> None:
         local = self.config
-        stored_ref = self.registry.get(self.paths.root)
+        # The cache was loaded a moment ago: reading from it saves two round trips per job.
+        stored_ref = self.cache.get(self.paths.root)
         if stored_ref and stored_ref.decode() != local.node_value:
             raise JobConflictError(
                 f"job {self.name!r}: the registry already holds a different job under this name "
                 f"({stored_ref.decode()!r}, not {local.node_value!r}); rename the job or remove it "
                 "with 'shardcron remove'"
             )
-        stored = self.registry.get(self.paths.config)
+        stored = self.cache.get(self.paths.config)
         if stored is None or local.overwrite:
             self.registry.put(self.paths.root, local.node_value.encode())
             self.registry.put(self.paths.config, local.to_yaml().encode())
@@ -419,7 +422,9 @@ class JobRuntime:
         self,
         source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER,
         only: list[int] | None = None,
+        start_at: float | None = None,
     ) -> None:
+        """Run this instance's items now, or at ``start_at`` (epoch seconds) once claimed."""
         if self.stopped or self._suspended:
             log.debug("job %s: fire skipped (stopped or registry unavailable)", self.name)
             return
@@ -432,7 +437,7 @@ class JobRuntime:
             if busy:
                 self._skip(busy, "still running from an earlier fire")
             if free:
-                self._claim_and_run(free, source)
+                self._claim_and_run(free, source, start_at)
         except ShardcronError as exc:  # registry faults, a broken custom strategy
             if self.stopped:
                 log.debug("job %s: fire cut short by stop: %s", self.name, exc)
@@ -497,10 +502,10 @@ class JobRuntime:
             if not available:
                 return True
             if not resharded and self._is_leader() and not sharding.is_processing(cache, paths):
-                resharded = True  # then wait for the cache to show the result
                 strategy = resolve_strategy(self.config.job_sharding_strategy_type)
                 total = self.config.sharding_total_count
                 plan = sharding.reshard(self.registry, cache, paths, total, available, strategy)
+                resharded = plan is not None  # done: wait for the cache to show the result
                 if plan is not None:
                     self._emit(
                         Resharded(job_name=self.name, instance=self.instance, assignment=plan)
@@ -550,7 +555,9 @@ class JobRuntime:
             if not self._running:
                 self._idle.set()
 
-    def _claim_and_run(self, items: list[int], source: ExecutionSource) -> None:
+    def _claim_and_run(
+        self, items: list[int], source: ExecutionSource, start_at: float | None = None
+    ) -> None:
         cfg = self.config
         session = self.registry.session_id
         claim = execution.Claim(items=[] if cfg.monitor_execution else list(items))
@@ -569,6 +576,9 @@ class JobRuntime:
         if claim.contended:
             self._skip(claim.contended, "still running on another instance")
         if claim.items:
+            wait = 0.0 if start_at is None else start_at - time.time()
+            if wait > 0:
+                time.sleep(wait)  # claimed ahead of time; the items start on schedule
             self._dispatch(_Fire(claim.items, claim, source, session))
 
     def _skip(self, items: list[int], reason: str) -> None:
@@ -803,7 +813,8 @@ class JobRuntime:
         mine = failover.share(queue, available, self.instance)
         idle = not self._running
         if phase == 0:
-            todo = mine if idle else []
+            # Leave this instance's share to idle ones only if there are any to take it.
+            todo = mine if idle or not self._anyone_idle(available) else []
         elif phase == 1:
             todo = queue if idle else mine
         else:
@@ -816,6 +827,14 @@ class JobRuntime:
                 FAILOVER_GRACE_SECONDS,
                 lambda: self.host.coordinate(lambda: self._failover_pass(phase + 1)),
             )
+
+    def _anyone_idle(self, instances: list[str]) -> bool:
+        """Whether some instance runs none of its items (as far as the cache shows)."""
+        cache, paths, total = self.cache, self.paths, self.config.sharding_total_count
+        busy = {
+            sharding.owner(cache, paths, i) for i in range(total) if cache.exists(paths.running(i))
+        }
+        return any(instance not in busy for instance in instances if instance != self.instance)
 
     def _claim_failover(self, item: int) -> None:
         reserved, _ = self._reserve([item])

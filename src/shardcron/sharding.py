@@ -73,10 +73,12 @@ def plan(
         for item in items:
             if not cache.exists(paths.item(item)):
                 ops.append(Create(paths.item(item)))
-            if cache.exists(paths.item_instance(item)):
-                ops.append(SetData(paths.item_instance(item), instance.encode()))
-            else:
+            # Unchanged owners are not rewritten: every write wakes every instance.
+            current = cache.get(paths.item_instance(item))
+            if current is None:
                 ops.append(Create(paths.item_instance(item), instance.encode()))
+            elif current != instance.encode():
+                ops.append(SetData(paths.item_instance(item), instance.encode()))
             # A misfire recorded for the old owner must not make the new one run twice.
             if cache.exists(paths.misfire(item)):
                 ops.append(Delete(paths.misfire(item)))
@@ -117,16 +119,13 @@ def reshard(
     ops = plan(cache, paths, total, assignment)
     finish: list[Op] = [Delete(paths.sharding_necessary), Delete(paths.sharding_processing)]
     try:
-        try:
-            _commit_in_chunks(registry, ops, finish)
-        except TransactionError:
-            # The cache lagged behind a concurrent change; one retry from a fresh read.
-            log.info("job %s: resharding transaction raced a change; retrying", paths.job)
-            fresh = registry.tree_cache(paths.sharding)
-            try:
-                _commit_in_chunks(registry, plan(fresh, paths, total, assignment), finish)
-            finally:
-                fresh.close()
+        _commit_in_chunks(registry, ops, finish)
+    except TransactionError:
+        # The cache lagged behind a concurrent change: the flag stays, so the next fire
+        # plans again from a cache that has caught up.
+        log.info("job %s: resharding raced a concurrent change; retrying next fire", paths.job)
+        registry.delete(paths.sharding_processing)
+        return None
     except Exception:
         # Let the next fire (or the next leader) try again instead of blocking everyone.
         registry.delete(paths.sharding_processing)

@@ -11,12 +11,14 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
 
 from shardcron.registry import EventType, NodeEvent, NodeListener
 
 log = logging.getLogger(__name__)
 
 _STOP = object()
+C = TypeVar("C")
 
 
 class EventThread:
@@ -170,3 +172,41 @@ class LocalTree:
                 self._listener(event)
             except Exception:
                 log.exception("tree cache listener failed on %s", event)
+
+
+class CacheIndex(Generic[C]):
+    """Tree caches by root, so routing a change costs its path's depth, not the cache count
+    (a process with thousands of jobs has thousands of caches)."""
+
+    def __init__(self) -> None:
+        self._by_root: dict[str, list[C]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, root: str, cache: C) -> None:
+        with self._lock:
+            self._by_root.setdefault(root, []).append(cache)
+
+    def remove(self, root: str, cache: C) -> None:
+        with self._lock:
+            caches = self._by_root.get(root, [])
+            if cache in caches:
+                caches.remove(cache)
+            if not caches:
+                self._by_root.pop(root, None)
+
+    def covering(self, path: str) -> list[C]:
+        """Every cache whose root is ``path`` or one of its ancestors."""
+        found: list[C] = []
+        node = path
+        while True:
+            found += self._by_root.get(node, ())
+            if node == "/":
+                return found
+            node = parent_of(node)
+
+    def all(self) -> list[C]:
+        with self._lock:
+            return [cache for caches in self._by_root.values() for cache in caches]
+
+    def __bool__(self) -> bool:
+        return bool(self._by_root)

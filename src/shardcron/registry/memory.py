@@ -38,7 +38,7 @@ from shardcron.registry import (
     SetData,
     Stat,
 )
-from shardcron.registry.cache import EventThread, LocalTree, is_below, join, parent_of
+from shardcron.registry.cache import CacheIndex, EventThread, LocalTree, is_below, join, parent_of
 
 
 @dataclass(slots=True)
@@ -199,7 +199,8 @@ class MemoryServer:
     def transaction(self, sid: int, ops: Sequence[Op]) -> list[OpResult]:
         with self.lock:
             self._check_live(sid)
-            saved = {p: _copy(n) for p, n in self._nodes.items()}
+            # Undo log of the nodes the ops touch (None: did not exist), not a tree copy.
+            undo: dict[str, _Node | None] = {}
             clients = list(self._sessions.values())
             for client in clients:
                 client._begin_batch()
@@ -207,12 +208,23 @@ class MemoryServer:
             results: list[OpResult] = []
             try:
                 for index, op in enumerate(ops):
+                    for path in (op.path, parent_of(op.path)):
+                        if path not in undo:
+                            node = self._nodes.get(path)
+                            undo[path] = None if node is None else _copy(node)
                     try:
-                        results.append(self._apply(sid, op))
+                        result = self._apply(sid, op)
                     except RegistryError as exc:
                         raise TransactionError(index, op, exc) from exc
+                    if isinstance(result, str):
+                        undo.setdefault(result, None)  # a sequential node's real name
+                    results.append(result)
             except TransactionError:
-                self._nodes = saved
+                for path, saved in undo.items():
+                    if saved is None:
+                        self._nodes.pop(path, None)
+                    else:
+                        self._nodes[path] = saved
                 for client in clients:
                     client._end_batch(commit=False)
                 raise
@@ -262,7 +274,7 @@ class MemoryRegistry:
         self._started = False
         self._connected = False
         self._listeners: list[SessionListener] = []
-        self._caches: list[LocalTree] = []
+        self._caches: CacheIndex[LocalTree] = CacheIndex()
         self._batch: list[tuple[str, bytes | None]] | None = None
         self._events = EventThread(f"shardcron-memory-{namespace}")
 
@@ -393,7 +405,9 @@ class MemoryRegistry:
         skip_data: Callable[[str], bool] | None = None,
         timeout: float = 15.0,
     ) -> MemoryTreeCache:
-        cache = LocalTree(path, listener, skip_data, on_close=self._caches.remove)
+        cache = LocalTree(
+            path, listener, skip_data, on_close=lambda c: self._caches.remove(c.root, c)
+        )
         loaded = threading.Event()
 
         def load() -> None:
@@ -407,7 +421,7 @@ class MemoryRegistry:
                 self._strip(p): d for p, d in self.server.snapshot(self._full(path)).items()
             }
             # Registered under the server lock, so no change falls between snapshot and watch.
-            self._caches.append(cache)
+            self._caches.add(path, cache)
             self._events.submit(load)
         if not self._events.is_current() and not loaded.wait(timeout):
             raise ConnectionLostError(f"tree cache of {path} did not load in {timeout}s")
@@ -442,12 +456,10 @@ class MemoryRegistry:
             self._deliver(batch)
 
     def _deliver(self, changes: list[tuple[str, bytes | None]]) -> None:
-        caches = list(self._caches)
-
         def apply() -> None:
             for path, data in changes:
-                for cache in caches:
-                    if cache.closed or not is_below(path, cache.root):
+                for cache in self._caches.covering(path):
+                    if cache.closed:
                         continue
                     if data is None:
                         cache.remove(path)
@@ -471,7 +483,7 @@ class MemoryRegistry:
 
     def _resync(self) -> None:
         with self.server.lock:
-            for cache in self._caches:
+            for cache in self._caches.all():
                 snap = {
                     self._strip(p): d
                     for p, d in self.server.snapshot(self._full(cache.root)).items()

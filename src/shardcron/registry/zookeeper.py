@@ -54,7 +54,7 @@ from shardcron.registry import (
     SetData,
     Stat,
 )
-from shardcron.registry.cache import EventThread, LocalTree, is_below, join
+from shardcron.registry.cache import CacheIndex, EventThread, LocalTree, join
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class ZooKeeperRegistry:
         self._requests = 0
         self._count_lock = threading.Lock()
         self._listeners: list[SessionListener] = []
-        self._caches: list[_ZooKeeperTreeCache] = []
+        self._caches: CacheIndex[_ZooKeeperTreeCache] = CacheIndex()
         self._events = EventThread(f"shardcron-zk-{config.namespace}")
         self._session: int | None = None
         self._closing = False
@@ -172,9 +172,8 @@ class ZooKeeperRegistry:
         def read_watch_event(buffer: bytes, offset: int) -> Any:
             watch, _ = Watch.deserialize(buffer, offset)
             path = self.client.unchroot(watch.path) or "/"
-            for cache in list(self._caches):
-                if is_below(path, cache.tree.root):
-                    cache.notify(watch.type, path)
+            for cache in self._caches.covering(path):
+                cache.notify(watch.type, path)
             return original(buffer, offset)
 
         connection._read_watch_event = read_watch_event
@@ -201,7 +200,7 @@ class ZooKeeperRegistry:
             self._events.submit(lambda fn=listener: fn(state))  # type: ignore[misc]
 
     def _resync_caches(self) -> None:
-        for cache in list(self._caches):
+        for cache in self._caches.all():
             try:
                 cache.load()
             except RegistryError:
@@ -244,7 +243,7 @@ class ZooKeeperRegistry:
 
     def close(self) -> None:
         self._closing = True
-        for cache in list(self._caches):
+        for cache in self._caches.all():
             cache.close()
         try:
             self.client.stop()
@@ -346,7 +345,7 @@ class ZooKeeperRegistry:
         timeout: float = 15.0,
     ) -> _ZooKeeperTreeCache:
         cache = _ZooKeeperTreeCache(self, LocalTree(path, listener, skip_data))
-        self._caches.append(cache)
+        self._caches.add(path, cache)
         loaded = threading.Event()
         failure: list[RegistryError] = []
 
@@ -397,8 +396,7 @@ class _ZooKeeperTreeCache:
 
     def close(self) -> None:
         self.tree.closed = True
-        if self in self.registry._caches:
-            self.registry._caches.remove(self)
+        self.registry._caches.remove(self.tree.root, self)
 
     def notify(self, kind: int, path: str) -> None:
         """Called on kazoo's connection thread for each change below the root."""
