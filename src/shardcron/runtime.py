@@ -576,10 +576,12 @@ class JobRuntime:
         if claim.contended:
             self._skip(claim.contended, "still running on another instance")
         if claim.items:
+            fire = _Fire(claim.items, claim, source, session)
             wait = 0.0 if start_at is None else start_at - time.time()
-            if wait > 0:
-                time.sleep(wait)  # claimed ahead of time; the items start on schedule
-            self._dispatch(_Fire(claim.items, claim, source, session))
+            if wait > 0:  # claimed ahead of time: start the items on schedule
+                self.host.call_later(wait, lambda: self.host.submit(lambda: self._dispatch(fire)))
+            else:
+                self._dispatch(fire)
 
     def _skip(self, items: list[int], reason: str) -> None:
         log.info("job %s: items %s skipped: %s", self.name, items, reason)

@@ -51,9 +51,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # A fire found this late is not run: it was missed (a stall, a clock jump), not late.
 MAX_LATENESS_SECONDS = 1.0
-# Fires are prepared (items claimed in the registry) this long before their time, so the
-# claim's round trip does not make items start late; items still start on the second.
+# Fires are prepared (items claimed in the registry) ahead of their time, so the claim's
+# round trip does not make items start late; items still start on the second. The lead
+# grows with the jobs of the process, whose claims share one registry connection.
 CLAIM_LEAD_SECONDS = 0.02
+CLAIM_LEAD_PER_JOB_SECONDS = 0.001
+MAX_CLAIM_LEAD_SECONDS = 0.25
 
 
 def open_registry(target: Registry | RegistryConfig | str | None) -> Registry:
@@ -315,7 +318,11 @@ class Scheduler:
         if moment is None:
             return
         when = moment.timestamp()
-        self._push(when - CLAIM_LEAD_SECONDS, lambda: self._fire_due(runtime, generation, when))
+        lead = min(
+            MAX_CLAIM_LEAD_SECONDS,
+            CLAIM_LEAD_SECONDS + CLAIM_LEAD_PER_JOB_SECONDS * len(self.runtimes),
+        )
+        self._push(when - lead, lambda: self._fire_due(runtime, generation, when))
 
     def _fire_due(self, runtime: JobRuntime, generation: int, when: float) -> None:
         if self._generation.get(runtime.name) != generation or runtime.stopped:

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
@@ -112,7 +112,9 @@ class ZooKeeperServer:
         log_level: str = "info",  # slf4j-simple: trace, debug, info, warn, error, off
         heap_mb: int = 256,
         java_options: Sequence[str] = (),
+        extra_config: Mapping[str, str | int] | None = None,
     ) -> None:
+        """``extra_config`` adds or overrides zoo.cfg keys (e.g. ``{"forceSync": "yes"}``)."""
         self._fixed_port = port is not None
         self._port = port
         self._tick_time_ms = tick_time_ms
@@ -121,6 +123,7 @@ class ZooKeeperServer:
         self._log_level = log_level
         self._heap_mb = heap_mb
         self._java_options = tuple(java_options)
+        self._extra_config = dict(extra_config or {})
         self._workdir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
@@ -240,6 +243,7 @@ class ZooKeeperServer:
             "4lw.commands.whitelist": "*",
             # Tests never need durability across a power cut; fsync per write only slows them.
             "forceSync": "no",
+            **self._extra_config,
         }
         path = self.workdir / "zoo.cfg"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
