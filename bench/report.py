@@ -20,7 +20,7 @@ class Table:
         self.rows.append([str(c) for c in cells])
 
     def missed(self) -> int:
-        return sum(row.count(MISSED) for row in self.rows)
+        return sum(cell.startswith(MISSED) for row in self.rows for cell in row)
 
     def render(self) -> str:
         widths = [len(h) for h in self.headers]
