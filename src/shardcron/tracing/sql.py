@@ -426,24 +426,13 @@ def executions(
     if tables is None:
         return Page([], 0, offset, limit)
     t = tables.execution
-    where: list[sa.ColumnElement[bool]] = []
-    if job is not None:
-        where.append(t.c.job_name == job)
-    if item is not None:
-        where.append(t.c.sharding_item == item)
-    if ip is not None:
-        where.append(t.c.ip == ip)
+    where = _equal(t, job_name=job, sharding_item=item, ip=ip, execution_source=source)
     if instance is not None:
         where.append(_task_of(t, instance))
-    if source is not None:
-        where.append(t.c.execution_source == source)
     if success is not None:
         where.append(_succeeded(t) if success else _failed(t))
     where += _between(t.c.start_time, since, until)
-    query = sa.select(t).where(*where).order_by(t.c.start_time.desc(), t.c.id)
-    with engine.connect() as conn:
-        total = conn.execute(sa.select(sa.func.count()).select_from(t).where(*where)).scalar_one()
-        rows = conn.execute(query.offset(offset).limit(limit)).mappings().all()
+    rows, total = _newest_first(engine, t, where, t.c.start_time, offset, limit)
     return Page([_execution_record(r) for r in rows], total, offset, limit)
 
 
@@ -467,11 +456,7 @@ def statuses(
     if tables is None:
         return Page([], 0, offset, limit)
     t = tables.status
-    where: list[sa.ColumnElement[bool]] = []
-    if job is not None:
-        where.append(t.c.job_name == job)
-    if task_id is not None:
-        where.append(t.c.task_id == task_id)
+    where = _equal(t, job_name=job, task_id=task_id, slave_id=ip, state=state)
     if item is not None:
         listed = t.c.sharding_item
         where.append(
@@ -482,18 +467,34 @@ def statuses(
                 listed.like(f"%, {item}, %"),
             )
         )
-    if ip is not None:
-        where.append(t.c.slave_id == ip)
     if instance is not None:
         where.append(_task_of(t, instance))
-    if state is not None:
-        where.append(t.c.state == state)
     where += _between(t.c.creation_time, since, until)
-    query = sa.select(t).where(*where).order_by(t.c.creation_time.desc(), t.c.id)
-    with engine.connect() as conn:
-        total = conn.execute(sa.select(sa.func.count()).select_from(t).where(*where)).scalar_one()
-        rows = conn.execute(query.offset(offset).limit(limit)).mappings().all()
+    rows, total = _newest_first(engine, t, where, t.c.creation_time, offset, limit)
     return Page([_status_record(r) for r in rows], total, offset, limit)
+
+
+def _equal(table: sa.Table, **values: object) -> list[sa.ColumnElement[bool]]:
+    """``column == value`` for every filter that was given."""
+    return [table.c[name] == value for name, value in values.items() if value is not None]
+
+
+def _newest_first(
+    engine: Engine,
+    table: sa.Table,
+    where: list[sa.ColumnElement[bool]],
+    time_column: sa.Column[Any],
+    offset: int,
+    limit: int,
+) -> tuple[Sequence[sa.RowMapping], int]:
+    """One page of matching rows, newest first, and how many match in all."""
+    query = sa.select(table).where(*where).order_by(time_column.desc(), table.c.id)
+    with engine.connect() as conn:
+        total = conn.execute(
+            sa.select(sa.func.count()).select_from(table).where(*where)
+        ).scalar_one()
+        rows = conn.execute(query.offset(offset).limit(limit)).mappings().all()
+    return rows, int(total)
 
 
 def recent_runs(engine: Engine, job: str, *, limit: int = 100) -> list[RunPoint]:
