@@ -51,8 +51,9 @@ def test_leader_loss_reelects_and_resharding_still_works(zookeeper: ZooKeeperSer
         wait_until(lambda: c.admin.get(paths.election_instance) == A.encode(), what="A to lead")
         c.start(B)
         c.start(C)
-        c.schedulers[A].registry.close()  # the leader's session ends abruptly
-        del c.schedulers[A]
+        dead = c.schedulers.pop(A)
+        dead.registry.close()  # the leader's session ends abruptly
+        dead.stop(grace=0)  # and its process goes away (no more fires, no log noise)
         new_leader = wait_until(lambda: c.admin.get(paths.election_instance), what="a new leader")
         assert new_leader is not None and new_leader.decode() in (B, C)
         after = time.time()
