@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine, then runs it all:
 # ZooKeeper (apt-get, when missing), a virtualenv with shardcron and its dev tools,
-# lint, type checks, and the whole pytest suite against a real ZooKeeper.
+# lint, type checks, the documentation site, and the whole pytest suite against a real
+# ZooKeeper.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -28,5 +29,7 @@ echo "== ruff"
 .venv/bin/ruff format --check src tests bench
 echo "== mypy --strict"
 .venv/bin/mypy
+echo "== mkdocs build --strict"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "${SITE_DIR:-site}"
 echo "== pytest"
 .venv/bin/pytest "$@"

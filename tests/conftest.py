@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from shardcron import secrecy
 from shardcron.config import RegistryConfig
 from shardcron.registry import Registry
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
@@ -103,3 +104,25 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     finally:
         for registry in made.opened:
             registry.close()
+
+
+# Figures that fault suites state for the CI log (overlaps, lost item-fires, recoveries):
+# printed in pytest's closing summary even when every test passed.
+FIGURES: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if FIGURES:
+        terminalreporter.section("fault suite figures")
+        for line in FIGURES:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_worker_secrets() -> Iterator[None]:
+    """A config file's ``worker.secrets`` are process-wide on purpose (one worker per
+    process); the suite loads many files in one process, so each test starts afresh."""
+    saved = dict(secrecy._local)
+    yield
+    secrecy._local.clear()
+    secrecy._local.update(saved)

@@ -14,7 +14,7 @@ import os
 import time
 import uuid
 
-from shardcron.model import ShardingContext
+from shardcron.model import ShardingContext, default_instance_id
 
 
 def _append(record: dict[str, object]) -> None:
@@ -28,7 +28,8 @@ def _append(record: dict[str, object]) -> None:
 def ledger(ctx: ShardingContext) -> None:
     record: dict[str, object] = {
         "run": uuid.uuid4().hex,
-        "instance": os.environ["SHARDCRON_INSTANCE"],
+        # Worker processes forked by gunicorn share one environment: there the pid tells them apart.
+        "instance": os.environ.get("SHARDCRON_INSTANCE") or default_instance_id(),
         "item": ctx.sharding_item,
         "start": time.time(),
         "token": ctx.fencing_token,

@@ -148,6 +148,7 @@ def test_disabling_a_job_everywhere_stops_leadership_until_enabled(
         assert sorted(w.path for w in writes) == [ORDERS.server(IP_A), ORDERS.server(IP_B)]
         assert {w.value for w in writes} == {"DISABLED"}
         assert admin.job("orders").status is JobStatus.DISABLED
+        assert admin.job("orders").next_fire is None  # it will not fire: no time to show
         # A leader whose server is disabled abdicates, and nobody may take over.
         wait_until(lambda: admin.leader("orders") is None, what="the leader to abdicate")
 
@@ -191,7 +192,30 @@ def test_shutdown_of_one_server_stops_the_job_on_its_instance(
 
         assert admin.shutdown("orders") == [Write(ORDERS.instance(A), None)]
         wait_until(lambda: "orders" not in c.schedulers[A].runtimes, what="A to stop the job")
-        assert admin.job("orders").status is JobStatus.CRASHED
+        # Shut down on purpose is not a crash, and a stopped job has no next fire.
+        wait_until(
+            lambda: admin.job("orders").status is JobStatus.STOPPED, what="the job to be STOPPED"
+        )
+        assert admin.job("orders").next_fire is None
+
+
+def test_workers_that_stop_cleanly_leave_a_stopped_job_not_a_crashed_one(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    recorder = Recorder()
+    with cluster(zookeeper, every_second(4), recorder) as c:
+        admin = started(c, recorder, 4, A, B)
+        c.stop(A)
+        assert admin.job("orders").status is not JobStatus.STOPPED  # B still runs it
+        c.stop(B)
+        brief = admin.job("orders")
+        assert (brief.status, brief.instance_count, brief.next_fire) == (
+            JobStatus.STOPPED,
+            0,
+            None,
+        )
+        # Only ids that still own items are kept, so the list stays short.
+        assert set((c.admin.get(ORDERS.stopped) or b"").decode().split(",")) <= {A, B}
 
 
 def test_a_disabled_item_is_skipped_until_enabled(zookeeper: ZooKeeperServer) -> None:
@@ -402,6 +426,26 @@ def test_statistics_read_the_layout_of_worker_processes(
 
 
 # -- the Java definitions, on hand-written layouts ------------------------------------------
+
+
+def test_a_job_is_stopped_only_when_every_owner_stopped_on_purpose() -> None:
+    assert job_status([], ["ENABLED"], {A, B}, {A, B}) is JobStatus.STOPPED
+    assert job_status([], ["ENABLED"], {A, B}, {A}) is JobStatus.CRASHED  # B vanished
+    assert job_status([], ["ENABLED"], {A}, set()) is JobStatus.CRASHED
+    assert job_status([A], ["ENABLED"], {A}, {A}) is JobStatus.OK  # A came back
+
+
+def test_status_of_a_java_layout_whose_owner_crashed_after_another_stopped(
+    memory: Registry,
+) -> None:
+    paths = java_layout(memory)
+    for instance in (A, B):
+        memory.delete(paths.instance(instance))
+    memory.put(paths.stopped, f"{A},{B}".encode())
+    brief = Admin(memory).job("javaJob")
+    assert (brief.status, brief.next_fire) == (JobStatus.CRASHED, None)  # C owns item 2
+    memory.put(paths.stopped, f"{A},{B},{C}".encode())
+    assert Admin(memory).job("javaJob").status is JobStatus.STOPPED
 
 
 def test_job_status_follows_java() -> None:

@@ -4,10 +4,14 @@ exit codes and one-line errors."""
 from __future__ import annotations
 
 import json
+import re
+import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
@@ -143,7 +147,7 @@ def test_trigger_item_switches_shutdown_and_remove_on_a_one_off_job(report: Clus
 
     out = ok("trigger", "report", "--registry", registry)
 
-    assert sorted(out.splitlines()) == [f"/report/trigger/{A} = ''", f"/report/trigger/{B} = ''"]
+    assert sorted(out.splitlines()) == [f"triggered report on {A}", f"triggered report on {B}"]
     wait_until(lambda: len(recorder.runs) == 4, what="4 triggered items")
 
     assert json.loads(ok("disable-item", "report", "1", "--json", "--registry", registry)) == [
@@ -259,3 +263,118 @@ def test_an_unreachable_registry_is_one_line_from_the_real_command() -> None:
     assert result.stderr == (
         "error: registry unreachable: no ZooKeeper answered at 127.0.0.1:1 within 5s\n"
     )
+
+
+def test_demo_help_and_its_stop_line_come_after_every_earlier_fire() -> None:
+    assert "How long the demo runs; one instance stops halfway through." in ok("demo", "--help")
+    out = ok("demo", "--seconds", "6").splitlines()
+    stop = next(i for i, line in enumerate(out) if line.startswith("-- stopping instance"))
+    victim = out[stop].split()[3].split("@-@")[1]
+    fires_after = [line for line in out[stop + 1 :] if re.match(r"\d\d:\d\d:\d\d ", line)]
+    # At most the fire of the very second it stopped in still shows the stopped instance.
+    assert sum(f"->{victim}" in line for line in fires_after) <= 1
+    assert out[-1] == "demo finished"
+
+
+def test_trigger_names_the_instances_not_the_znodes(report: Cluster) -> None:
+    out = ok("trigger", "report", "--registry", url(report))
+    assert sorted(out.splitlines()) == [f"triggered report on {A}", f"triggered report on {B}"]
+
+
+def test_a_connect_error_comes_within_its_five_seconds() -> None:
+    # A server that accepts connections and never answers: kazoo alone took 10 s here.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        port = silent.getsockname()[1]
+        began = time.monotonic()
+        message = fails("status", "--registry", f"zk://127.0.0.1:{port}/x")
+        took = time.monotonic() - began
+    assert (
+        message
+        == f"error: registry unreachable: no ZooKeeper answered at 127.0.0.1:{port} within 5s"
+    )
+    assert took < 6.5, f"took {took:.1f}s"
+
+
+def test_ctrl_c_while_connecting_prints_one_line_and_no_traceback() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shardcron.cli",
+            "-v",
+            "status",
+            "--registry",
+            f"zk://127.0.0.1:{port}/x",
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # -v logs kazoo's connection attempts: it is connecting now
+        seen.append(line)
+        if "Connecting to" in line or "Connection dropped" in line or "refused" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=20)
+    rest = "".join(seen) + err
+    assert proc.returncode == 130, rest
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "interrupted"
+
+
+def test_ctrl_c_while_a_worker_connects_prints_one_line_and_no_traceback(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "jobs.yaml"
+    config.write_text(
+        f"registry: {{servers: '127.0.0.1:{port}', namespace: x}}\n"
+        "jobs: {tick: {callable: 'json:dumps', cron: '* * * * * ?', shardingTotalCount: 1}}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardcron.cli", "run", str(config)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the worker retries while the registry is down
+        if "registry unreachable" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "interrupted"
+
+
+def test_a_java_update_with_a_binary_description_is_read_and_obeyed(report: Cluster) -> None:
+    # What the Java lifecycle API writes after setting a description with a BEL and a cron.
+    paths = "/report/config"
+    stored = (report.admin.get(paths) or b"").decode()
+    assert "description: ''\n" in stored
+    java = "cron: '* * * * * ?'\n" + stored.replace(
+        "description: ''\n",
+        "description: !!binary |-\n  cmluZwc=\n",  # "ring\x07"
+    )
+    report.admin.put(paths, java.encode())
+
+    data = json.loads(ok("status", "--json", "--registry", url(report)))
+    [job] = data["jobs"]
+    assert (job["description"], job["cron"]) == ("ring\x07", "* * * * * ?")
+    table = ok("status", "--registry", url(report))
+    assert "ring\\x07" in table and "\x07" not in table  # shown, not rung
+    assert json.loads(ok("config", "report", "--json", "--registry", url(report)))[
+        "description"
+    ] == ("ring\x07")
+    # The workers took the whole update: the one-off job now fires every second.
+    wait_until(lambda: len(report.recorder.runs) >= 4, timeout=15, what="fires on the new cron")

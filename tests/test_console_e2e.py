@@ -140,7 +140,7 @@ def test_an_operator_steers_the_cluster_from_the_browser(stack: Stack) -> None:
     expect(orders_row.locator(".job-status")).to_have_text("OK")
     expect(orders_row).to_contain_text("* * * * * ?")
     expect(page.locator('#jobs-table tr[data-job="report"]')).to_contain_text("one-off")
-    expect(orders_row.locator("td").nth(5)).to_have_text("2")  # instances
+    expect(orders_row.locator("td.instances")).to_have_text("2")
 
     # Trigger the one-off job and find its two item runs in the execution history.
     page.locator('#jobs-table tr[data-job="report"]').get_by_role("button", name="Trigger").click()

@@ -10,8 +10,11 @@ ledger. Faults are injected one after another; then the ledger and the registry 
     session timeout + 2 s;
 (c) once faults stop and the last crashed session has expired, every item runs on every
     fire within 2 fires;
-(d) no ``running``, ``failover``, ``failovering`` or ``leader/failover/items`` node is
-    left behind.
+(d) no ``running``, ``failover``, ``failovering``, ``leader/sharding/processing`` or
+    ``leader/failover/items`` node is left behind.
+
+``test_nemesis.py`` extends this with network faults, graceful and operator stops and a
+ZooKeeper ensemble, checked by ``tests.invariants``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from shardcron.testing import ZooKeeperServer, unique_namespace
 from tests.cluster import Run, overlaps
 from tests.conftest import zk_config
 from tests.helpers import wait_until
+from tests.invariants import find_stale
 from tests.workers import Worker, Workers, registered, workers
 
 ITEMS = 8
@@ -179,11 +183,7 @@ def test_fault_injection_suite(server: ZooKeeperServer, tmp_path: Path) -> None:
     incomplete = {s: sorted(by_fire[s]) for s in fires if by_fire[s] != set(range(ITEMS))}
 
     # (d) nothing stale in the registry
-    stale = [PATHS.failover_item(int(n)) for n in admin.children(PATHS.failover_items)]
-    for item in range(ITEMS):
-        for path in (PATHS.running(item), PATHS.failover(item), PATHS.failovering(item)):
-            if admin.stat(path) is not None:
-                stale.append(path)
+    stale = find_stale(admin, PATHS, ITEMS)
     admin.close()
 
     print(

@@ -22,6 +22,7 @@ from shardcron.errors import ConfigError
 from shardcron.jobs import AsyncLoop, ItemFailedError, ItemRunner, make_runner, prop_problems
 from shardcron.model import ShardingContext
 from shardcron.paths import JobPaths
+from shardcron.registry.memory import MemoryRegistry
 from shardcron.scheduler import Scheduler
 from shardcron.testing import ZooKeeperServer
 from tests import job_samples
@@ -475,3 +476,12 @@ def test_prop_problems_checks_props_without_touching_user_code() -> None:
     )
     assert [p.field for p in prop_problems(flow)] == ["props.streaming.process"]
     assert prop_problems(JobConfig(job_name="job", sharding_total_count=1)) == []
+
+
+def test_the_decorator_needs_the_item_count_like_a_config_file() -> None:
+    scheduler = Scheduler(MemoryRegistry())
+    with pytest.raises(ConfigError) as raised:
+        scheduler.job("* * * * * ?")
+    assert str(raised.value) == "shardingTotalCount: required: pass e.g. sharding_total_count=3"
+    with pytest.raises(ConfigError, match="shardingTotalCount: required"):  # as in a file
+        JobConfig.from_mapping({"callable": "json:dumps"}, "j")

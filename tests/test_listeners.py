@@ -7,6 +7,7 @@ from contextlib import ExitStack
 
 import pytest
 
+from shardcron import plugins
 from shardcron.config import JobConfig
 from shardcron.errors import ConfigError, ShardcronError
 from shardcron.listeners import (
@@ -33,9 +34,16 @@ A, B, C = (f"127.0.0.{n}@-@{3200 + n}" for n in range(1, 4))
 # -- loading and order ------------------------------------------------------------------------
 
 
+def declared_and_loaded(*refs: str) -> list[JobListener]:
+    """As a worker does: the local declaration imports its refs, then they are loaded."""
+    job = JobConfig(job_name="j", sharding_total_count=1, job_listener_types=refs)
+    plugins.declare(job, with_callable=False)
+    return load_listeners(refs)
+
+
 def test_listener_types_are_instantiated_and_run_in_ascending_order() -> None:
-    loaded = load_listeners(
-        ("tests.job_samples:RecordingListener", "tests.job_samples:FirstListener")
+    loaded = declared_and_loaded(
+        "tests.job_samples:RecordingListener", "tests.job_samples:FirstListener"
     )
     assert [type(listener) for listener in loaded] == [RecordingListener, FirstListener]
     assert [type(listener) for listener in ordered(loaded)] == [FirstListener, RecordingListener]
@@ -46,17 +54,17 @@ def test_listener_types_are_instantiated_and_run_in_ascending_order() -> None:
 @pytest.mark.parametrize(
     ("ref", "problem"),
     [
-        ("RecordingListener", "is not 'module:qualname'"),
+        ("RecordingListener", "unknown name 'RecordingListener'"),
         ("tests.no_such_module:Listener", "cannot import module"),
         ("tests.job_samples:Missing", "has no 'Missing'"),
-        ("tests.job_samples:RUNS", "is not a class"),
+        ("tests.job_samples:RUNS", "is not callable"),
         ("tests.job_samples:NeedsArguments", "cannot create"),
         ("tests.job_samples:NotAListener", "has no before_job_executed or after_job_executed"),
     ],
 )
 def test_bad_listener_types_are_one_line_config_errors(ref: str, problem: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        load_listeners(("tests.job_samples:RecordingListener", ref))
+        declared_and_loaded("tests.job_samples:RecordingListener", ref)
     assert caught.value.field == "jobListenerTypes"
     assert problem in str(caught.value) and "\n" not in str(caught.value)
 

@@ -111,6 +111,7 @@ def test_every_metric_counts_its_events_and_is_served_over_http() -> None:
             items=(3,),
             source=ExecutionSource.MISFIRE,
             state=FireState.TASK_FINISHED,
+            at=1_700_000_123.5,
         ),
         FireStatus(
             job_name="orders",
@@ -147,6 +148,8 @@ def test_every_metric_counts_its_events_and_is_served_over_http() -> None:
     assert value(samples, "shardcron_item_duration_seconds_bucket", le="10.0", **job) == 2
     assert value(samples, "shardcron_fires_total", source=n, outcome="error", **job) == 1
     assert value(samples, "shardcron_fires_total", source="MISFIRE", outcome="finished", **job) == 1
+    # The failed fire (TASK_ERROR) does not count as a success; the finished one does.
+    assert value(samples, "shardcron_last_success_timestamp_seconds", **job) == 1_700_000_123.5
     assert value(samples, "shardcron_skipped_items_total", misfire="true", **job) == 2
     assert value(samples, "shardcron_skipped_items_total", misfire="false", **job) == 1
     assert value(samples, "shardcron_failovers_total", **job) == 2

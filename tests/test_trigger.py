@@ -86,6 +86,10 @@ QUARTZ_DAY_EXAMPLES = [
     # 2026-05-31 is a Sunday: stay in May rather than go on to June 1
     ("0 0 9 31W 5 ?", "2026-05-01", ["2026-05-29"]),
     ("0 0 9 LW * ?", "2026-01-01", ["2026-01-30", "2026-02-27", "2026-03-31"]),
+    # L-3W, 2026: Jan 28 and Feb 25 are Wednesdays; Mar 28 is a Saturday, so Friday the 27th
+    ("0 0 9 L-3W * ?", "2026-01-01", ["2026-01-28", "2026-02-25", "2026-03-27"]),
+    # Quartz's own example: L-1W in October 2010 is Friday the 29th (the 30th is a Saturday)
+    ("0 15 10 L-1W * ? 2010", "2010-10-01", ["2010-10-29"]),
     # last Thursday / last Friday, nth weekday
     ("0 0 9 ? * 5L", "2026-01-01", ["2026-01-29", "2026-02-26", "2026-03-26"]),
     ("0 0 9 ? * FRIL", "2026-01-01", ["2026-01-30", "2026-02-27", "2026-03-27"]),
@@ -402,6 +406,18 @@ INVALID = [
     ("hello world this is not cron", "second 'hello' is not a number"),
     ("0 0 0 1-  * ?", "'1-' is incomplete"),
     ("0 0 0 ? * ½", "is not a number"),
+    # What Quartz 2.3.2 refuses: steps above 59/59/23, and L, W or # terms in a list.
+    ("0/60 * * * * ?", "second step 60 is out of range 1-59"),
+    ("0 */60 * * * ?", "minute step 60 is out of range 1-59"),
+    ("0 0 0/24 * * ?", "hour step 24 is out of range 1-23"),
+    ("0 0 0 L,15 * ?", "day-of-month 'L,15' lists a L/W term with other terms"),
+    ("0 0 0 1,15W * ?", "lists a L/W term"),
+    ("0 0 0 LW,L-2 * ?", "lists a L/W term"),
+    ("0 0 0 ? * 5L,6L", "day-of-week '5L,6L' lists a L/# term with other terms"),
+    ("0 0 0 ? * 6#3,2#1", "lists a L/# term"),
+    ("0 0 12 ? * 2#1,6", "which Quartz does not support"),
+    ("0 0 12 ? * L,MON", "lists a L/# term"),
+    ("0 0 12 L-xW * ?", "day-of-month 'L-xW' offset 'x' is not a number"),
 ]
 
 
@@ -492,7 +508,8 @@ def term(
 ) -> Field:
     """One list item of a numeric field: a value, a range, or a step."""
     first, last = draw(st.integers(lo, hi)), draw(st.integers(lo, hi))
-    step = draw(st.integers(1, hi - lo + 1))
+    # Quartz caps steps at 59 for seconds and minutes and 23 for hours (the 0-based fields).
+    step = draw(st.integers(1, hi - lo if lo == 0 else hi - lo + 1))
     kind = draw(st.sampled_from(["value", "value", "range", "range/step", "start/step", "*/step"]))
 
     def show(value: int) -> str:
@@ -565,6 +582,10 @@ def is_nearest_weekday(target: int, day: date) -> bool:
     return day.day == min(weekdays_of_month(day), key=lambda d: abs(d - target))
 
 
+def is_nearest_weekday_before_last(n: int, day: date) -> bool:
+    return n < last_day(day) and is_nearest_weekday(last_day(day) - n, day)
+
+
 def weekday_numbers(quartz: bool, day: date) -> set[int]:
     """The dialect's numbers for the weekday of ``day`` (Quartz 1=SUN; Unix 0 or 7=SUN)."""
     sunday_based = day.isoweekday() % 7
@@ -590,8 +611,8 @@ def any_of(items: list[tuple[str, DayTest]]) -> tuple[str, DayTest]:
 
 
 @st.composite
-def dom_field(draw: st.DrawFn, *, specials: bool) -> tuple[str, DayTest]:
-    kinds = ["plain", "L", "L-n", "LW", "nW"] if specials else ["plain"]
+def dom_field(draw: st.DrawFn, *, specials: bool, quartz: bool) -> tuple[str, DayTest]:
+    kinds = ["plain", "L", "L-n", "LW", "nW", "L-nW"] if specials else ["plain"]
     items: list[tuple[str, DayTest]] = []
     for kind in draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=2)):
         n = draw(st.integers(1, 31))
@@ -604,9 +625,19 @@ def dom_field(draw: st.DrawFn, *, specials: bool) -> tuple[str, DayTest]:
             items.append((f"L-{n - 1}", partial(is_before_last, n - 1)))
         elif kind == "LW":
             items.append(("LW", is_last_weekday_of_month))
+        elif kind == "L-nW":
+            items.append((f"L-{n - 1}W", partial(is_nearest_weekday_before_last, n - 1)))
         else:
             items.append((f"{n}W", partial(is_nearest_weekday, n)))
-    return any_of(items)
+    return any_of(alone_if_special(items, quartz, "LW"))
+
+
+def alone_if_special(
+    items: list[tuple[str, DayTest]], quartz: bool, letters: str
+) -> list[tuple[str, DayTest]]:
+    """Quartz refuses a list holding an L/W/# term: keep such a term alone."""
+    special = [each for each in items if any(c in each[0].upper() for c in letters)]
+    return special[:1] if quartz and special else items
 
 
 @st.composite
@@ -624,7 +655,7 @@ def dow_field(draw: st.DrawFn, *, quartz: bool, specials: bool) -> tuple[str, Da
             items.append((f"{shown}L", partial(is_last_of_weekday, quartz, n)))
         else:
             items.append((f"{shown}#{k}", partial(is_nth_of_weekday, quartz, n, k)))
-    return any_of(items)
+    return any_of(alone_if_special(items, quartz, "L#"))
 
 
 ANY_DAY: tuple[str, DayTest] = ("*", lambda d: True)
@@ -649,7 +680,9 @@ def expressions(
             any_field(1, 12, wrap=quartz, names=MONTHS, base=1),
         )
     )
-    dom_text, dom_test = draw(st.one_of(st.just(ANY_DAY), dom_field(specials=specials)))
+    dom_text, dom_test = draw(
+        st.one_of(st.just(ANY_DAY), dom_field(specials=specials, quartz=quartz))
+    )
     dow_text, dow_test = draw(
         st.one_of(st.just(ANY_DAY), dow_field(quartz=quartz, specials=specials))
     )

@@ -7,18 +7,24 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from shardcron.registry import Registry
+from shardcron.testing_proxy import TcpProxy
 from tests.cluster import Run
 
 ROOT = Path(__file__).resolve().parent.parent
+# Child processes import this checkout's shardcron (src/) and the test job modules (ROOT),
+# not whatever shardcron the interpreter has installed.
+CHILD_PYTHONPATH = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
 
 
 @dataclass
@@ -26,6 +32,17 @@ class Worker:
     instance: str
     process: subprocess.Popen[bytes]
     log: Path
+    proxy: TcpProxy | None = None  # its own link to ZooKeeper, for network faults
+    exited: float | None = field(default=None, init=False)  # when the process ended
+
+    def __post_init__(self) -> None:
+        # A thread blocked in wait() notes the exit within milliseconds: an unfinished run
+        # of a process that ended stopped no later than that.
+        def watch() -> None:
+            self.process.wait()
+            self.exited = time.time()
+
+        threading.Thread(target=watch, name=f"exit-{self.instance}", daemon=True).start()
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         self.process.send_signal(sig)
@@ -48,20 +65,40 @@ class Workers:
         jobs: dict[str, dict[str, object]],
         session_ms: int,
         hold: float = 0.0,
+        proxied: bool = False,
     ) -> None:
+        """With ``proxied``, every worker reaches ``connect`` (one host:port) through its own
+        :class:`TcpProxy`, so a network fault can hit one worker alone."""
         self.tmp = tmp
-        self.url = f"zk://{connect}/{namespace}?sessionTimeoutMilliseconds={session_ms}&baseSleepTimeMilliseconds=100&maxSleepTimeMilliseconds=500"
+        self.connect = connect
+        self.namespace = namespace
+        self.session_ms = session_ms
+        self.proxied = proxied
+        self.url = self.url_for(connect)
         self.ledger = tmp / "ledger.jsonl"
         self.config = tmp / "jobs.yaml"
         self.config.write_text(yaml.safe_dump({"jobs": jobs}))
         self.hold = hold
         self.workers: dict[str, Worker] = {}
 
-    def start(self, instance: str, extra_env: dict[str, str] | None = None) -> Worker:
+    def url_for(self, connect: str) -> str:
+        return (
+            f"zk://{connect}/{self.namespace}?sessionTimeoutMilliseconds={self.session_ms}"
+            "&baseSleepTimeMilliseconds=100&maxSleepTimeMilliseconds=500"
+        )
+
+    def start(
+        self, instance: str, extra_env: dict[str, str] | None = None, args: Sequence[str] = ()
+    ) -> Worker:
+        """Start ``shardcron run`` as ``instance``; ``args`` are extra options (``--grace``)."""
+        proxy = None
+        if self.proxied:
+            proxy = TcpProxy(int(self.connect.rpartition(":")[2]))
+            proxy.start()
         log = self.tmp / f"{instance.replace('@-@', '_')}.{len(self.workers)}.log"
         env = {
             **os.environ,
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": CHILD_PYTHONPATH,
             "SHARDCRON_LEDGER": str(self.ledger),
             "SHARDCRON_INSTANCE": instance,
             "SHARDCRON_HOLD": str(self.hold),
@@ -74,15 +111,16 @@ class Workers:
             "run",
             str(self.config),
             "--registry",
-            self.url,
+            self.url if proxy is None else self.url_for(proxy.connect_string),
             "--instance-id",
             instance,
+            *args,
         ]
         with log.open("wb") as out:
             process = subprocess.Popen(
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
             )
-        worker = Worker(instance, process, log)
+        worker = Worker(instance, process, log, proxy)
         self.workers[instance] = worker
         return worker
 
@@ -120,6 +158,9 @@ class Workers:
             except subprocess.TimeoutExpired:
                 worker.kill(signal.SIGKILL)
                 worker.process.wait()
+        for worker in self.workers.values():
+            if worker.proxy is not None:
+                worker.proxy.close()
 
 
 @contextmanager
@@ -130,8 +171,9 @@ def workers(
     jobs: dict[str, dict[str, object]],
     session_ms: int = 2000,
     hold: float = 0.0,
+    proxied: bool = False,
 ) -> Iterator[Workers]:
-    made = Workers(tmp, connect, namespace, jobs, session_ms, hold)
+    made = Workers(tmp, connect, namespace, jobs, session_ms, hold, proxied)
     try:
         yield made
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shardcron._version import __version__
 from shardcron.config import JobConfig, JobType, RegistryConfig
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
 from shardcron.listeners import DistributeOnceListener, JobListener
@@ -21,4 +22,5 @@ __all__ = [
     "Scheduler",
     "ShardcronError",
     "ShardingContext",
+    "__version__",
 ]

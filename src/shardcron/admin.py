@@ -12,7 +12,7 @@ Java lifecycle API and console do, so either tool can operate jobs run by either
 * remove: a job's whole subtree, or a server's instance and ``servers/{ip}`` nodes.
 
 Statistics follow the Java definitions (reference §1.14): a job is CRASHED with no
-instance, DISABLED when every ``servers/*`` is DISABLED, SHARDING_FLAG when no item has
+instance (STOPPED instead when its instances stopped on purpose: :mod:`shardcron.stopmark`), DISABLED when every ``servers/*`` is DISABLED, SHARDING_FLAG when no item has
 an owner or an owner is not a live instance, else OK; an item is DISABLED, RUNNING,
 SHARDING_FLAG (its owner is gone) or PENDING, in that order of precedence.
 
@@ -47,6 +47,7 @@ from shardcron.errors import (
 from shardcron.model import ServerStatus
 from shardcron.paths import JobPaths, instance_ip
 from shardcron.registry import Registry, SetData, TreeCache
+from shardcron.stopmark import parse_stopped, stopped_cleanly
 from shardcron.trigger import CronTrigger
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class ServerNotFoundError(ShardcronError, LookupError):
 class JobStatus(StrEnum):
     OK = "OK"
     CRASHED = "CRASHED"
+    STOPPED = "STOPPED"  # no instance, and every item owner stopped on purpose
     DISABLED = "DISABLED"
     SHARDING_FLAG = "SHARDING_FLAG"
 
@@ -432,8 +434,10 @@ class Admin:
         new = change(old)
         # Only new problems count: a Java-written job need not pass Python-only checks
         # (e.g. a callable), and the code it names need not import on the operator's host.
-        known = {(p.field, p.problem) for p in old.validate_all()}
-        for problem in new.validate_all():
+        # The operator's host cannot see the names workers registered: any plain name passes
+        # here, and nothing is imported (each worker rejects a name it does not know).
+        known = {(p.field, p.problem) for p in old.validate_all(registered_only=False)}
+        for problem in new.validate_all(registered_only=False):
             if problem.field != "callable" and (problem.field, problem.problem) not in known:
                 raise problem
         written = _carry_keys(text, new.to_yaml())
@@ -486,7 +490,10 @@ class Admin:
         else:
             owners = {i.instance_id for i in items}
         servers = self._server_values(paths) if servers is None else servers
-        status = job_status(live, list(servers.values()), {o for o in owners if o})
+        stopped = parse_stopped(self._read.get(paths.stopped))
+        status = job_status(live, list(servers.values()), {o for o in owners if o}, stopped)
+        # A job that will not fire here has no next fire to show.
+        runs = status in (JobStatus.OK, JobStatus.SHARDING_FLAG)
         return JobBrief(
             job_name=job,
             description=config.description,
@@ -495,7 +502,7 @@ class Admin:
             instance_count=len(live),
             sharding_total_count=config.sharding_total_count,
             status=status,
-            next_fire=_next_fire(config, None),
+            next_fire=_next_fire(config, None) if runs else None,
         )
 
     def _owner(self, paths: JobPaths, name: str) -> str | None:
@@ -618,14 +625,20 @@ class Admin:
         return item
 
 
-def job_status(instances: list[str], server_values: list[str], owners: set[str]) -> JobStatus:
+def job_status(
+    instances: list[str],
+    server_values: list[str],
+    owners: set[str],
+    stopped: set[str] | None = None,
+) -> JobStatus:
     """Java's job status: CRASHED > DISABLED > SHARDING_FLAG > OK.
 
     As in Java, a job whose ``servers`` node has no child counts as DISABLED (every one of
-    its zero servers is disabled) once it has an instance.
+    its zero servers is disabled) once it has an instance. Unlike Java, a job without
+    instances whose item owners all stopped on purpose (``stopped``) is STOPPED.
     """
     if not instances:
-        return JobStatus.CRASHED
+        return JobStatus.STOPPED if stopped_cleanly(owners, stopped or set()) else JobStatus.CRASHED
     if all(value == ServerStatus.DISABLED for value in server_values):
         return JobStatus.DISABLED
     if not owners or not owners <= set(instances):

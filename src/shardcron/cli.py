@@ -14,22 +14,33 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Any, ParamSpec, TypeVar
+from datetime import UTC, datetime
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import click
-import yaml
 
+from shardcron import __version__
 from shardcron import demo as demo_module
 from shardcron.admin import Admin, JobOverview, Write
 from shardcron.config import JobConfig, check_file, parse_registry_url, read_config_file
 from shardcron.dump import request_dump
-from shardcron.errors import ConfigError, NoNodeError, RegistryError, ShardcronError
-from shardcron.scheduler import Scheduler
+from shardcron.errors import (
+    ConfigError,
+    ConnectionLostError,
+    NoNodeError,
+    RegistryError,
+    ShardcronError,
+)
+from shardcron.explain import Notes, explain_cron, explain_drift
+from shardcron.launch import REGISTRY_ENV, build_scheduler, choose_registry, describe_registry
+from shardcron.localzk import zookeeper as zookeeper_command
+from shardcron.registry import Registry
+from shardcron.secrecy import RedactingFilter, redact_props, redact_text
+from shardcron.snakeyaml import RegistryLoader, load
 
-REGISTRY_ENV = "SHARDCRON_REGISTRY"
 CONNECT_TIMEOUT_SECONDS = 5.0
 
 P = ParamSpec("P")
@@ -43,6 +54,7 @@ def _fail(message: str) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG level.")
+@click.version_option(__version__, "-V", "--version", prog_name="shardcron")
 def main(verbose: bool) -> None:
     """shardcron: distributed, sharded, fault-tolerant scheduled jobs."""
     if "" not in sys.path and os.getcwd() not in sys.path:
@@ -51,23 +63,64 @@ def main(verbose: bool) -> None:
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter())  # no secret in a worker's or operator's log
+
+
+main.add_command(zookeeper_command)
 
 
 @main.command()
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
-def check(config: str) -> None:
-    """Validate a config file; print every problem, one per line."""
+@click.option(
+    "--registry",
+    metavar="zk://HOST:PORT/NAMESPACE",
+    help="Also compare each job with the config stored in this registry.",
+)
+@click.option("--strict", is_flag=True, help="Exit with status 1 on warnings too.")
+def check(config: str, registry: str | None, strict: bool) -> None:
+    """Validate a config file; print every problem, one per line, then explain each job."""
     problems = check_file(config)
     for problem in problems:
         click.echo(problem)
     if problems:
         sys.exit(1)
-    click.echo(f"{config}: OK")
+    app, _ = read_config_file(config)
+    jobs = app.jobs if app is not None else ()
+    notes = [explain_cron(job, datetime.now(UTC)) for job in jobs]
+    if registry:
+        try:
+            notes += _drift_notes(registry, jobs)
+        except (ShardcronError, OSError) as exc:
+            _fail(_one_line(str(exc)))
+    warnings = [w for n in notes for w in n.warnings]
+    for line in [line for n in notes for line in n.lines]:
+        click.echo(line)
+    for warning in warnings:
+        click.echo(f"warning: {warning}")
+    if warnings and strict:
+        sys.exit(1)
+    counted = f" ({len(warnings)} warning{'s' if len(warnings) > 1 else ''})" if warnings else ""
+    click.echo(f"{config}: OK{counted}")
+
+
+def _drift_notes(registry: str, jobs: Sequence[JobConfig]) -> list[Notes]:
+    with _admin(registry) as admin:
+        stored = set(admin.job_names())
+        return [
+            explain_drift(admin.config(job.job_name) if job.job_name in stored else None, job)
+            for job in jobs
+        ]
 
 
 @main.command()
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
-@click.option("--registry", help="zk://HOST:PORT[,HOST:PORT]/NAMESPACE or memory://")
+@click.option(
+    "--registry",
+    envvar=REGISTRY_ENV,
+    help=f"zk://HOST:PORT[,HOST:PORT]/NAMESPACE or memory:// (default: ${REGISTRY_ENV}, "
+    "else the file's registry, else embedded: this process only).",
+)
 @click.option("--instance-id", help="Explicit instance id (default IP@-@PID).")
 @click.option("--grace", type=float, help="Seconds running items get to finish on stop [30].")
 @click.option("--tracing", metavar="DB_URL", help="SQLAlchemy URL for execution traces.")
@@ -101,27 +154,23 @@ def run(
     if dump_port is not None:
         worker = dataclasses.replace(worker, dump_port=dump_port)
     try:
-        target = parse_registry_url(registry) if registry else app.registry
-        scheduler = Scheduler(
-            target,
-            instance_id=instance_id,
-            tracing=worker.tracing,
-            metrics_port=worker.metrics_port,
-            metrics_host=worker.metrics_host,
-            dump_port=worker.dump_port,
-        )
+        target = choose_registry(registry, app.registry)
+        scheduler = build_scheduler(target, worker, instance_id)
         for job in app.jobs:
             if job.job_name not in bad:
                 scheduler.add_job(job)
         scheduler.start()
     except ShardcronError as exc:
         _fail(str(exc))
+    except KeyboardInterrupt:  # while connecting: nothing runs yet
+        _interrupted()
     for name, error in scheduler.failed.items():
         click.echo(f"error: {error} (job {name!r} not started)", err=True)
     if not scheduler.runtimes:
         _fail("no job could start")
     click.echo(
-        f"shardcron worker {scheduler.instance_id}: running {', '.join(sorted(scheduler.runtimes))}",
+        f"shardcron worker {scheduler.instance_id}: running {', '.join(sorted(scheduler.runtimes))}"
+        f" on {describe_registry(target)}",
         err=True,
     )
     scheduler.run_forever(grace if grace is not None else worker.grace_seconds)
@@ -129,7 +178,10 @@ def run(
 
 @main.command()
 @click.option(
-    "--seconds", default=12, show_default=True, help="How long to run before stopping an instance."
+    "--seconds",
+    default=12,
+    show_default=True,
+    help="How long the demo runs; one instance stops halfway through.",
 )
 def demo(seconds: int) -> None:
     """Embedded quick start: 3 instances share a 6-item job, then one stops."""
@@ -147,6 +199,8 @@ def _operation(fn: Callable[P, None]) -> Callable[P, None]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
         try:
             fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            _interrupted()
         except ShardcronError as exc:
             _fail(_one_line(str(exc)))
         except OSError as exc:  # the dump port of a worker
@@ -189,9 +243,11 @@ def _admin(url: str | None) -> Iterator[Admin]:
     from shardcron.registry.zookeeper import ZooKeeperRegistry
 
     registry = ZooKeeperRegistry(config, create_namespace=False)
+    connected = False
     try:
         try:
-            registry.start(timeout=CONNECT_TIMEOUT_SECONDS)
+            _start_within(registry, CONNECT_TIMEOUT_SECONDS)
+            connected = True
         except NoNodeError:
             raise ShardcronError(
                 f"namespace {config.namespace!r} not found at {config.servers}; check --registry"
@@ -203,7 +259,52 @@ def _admin(url: str | None) -> Iterator[Admin]:
             ) from None
         yield Admin(registry)
     finally:
+        if connected:  # else _start_within has closed it, or will once kazoo gives up
+            registry.close()
+
+
+def _start_within(registry: Registry, timeout: float) -> None:
+    """Connect, or fail once ``timeout`` has passed; on failure the registry gets closed.
+
+    kazoo alone may take twice as long (it finishes a pending read or retry pause before it
+    gives up), so the attempt runs on a thread of its own and is abandoned at the deadline;
+    that thread closes the registry when kazoo is done. Ctrl-C ends the wait at once.
+    """
+    outcome: list[ShardcronError | None] = []
+    done = threading.Event()
+    lock = threading.Lock()
+    abandoned = False
+
+    def connect() -> None:
+        try:
+            registry.start(timeout=timeout)
+            outcome.append(None)
+        except ShardcronError as exc:  # handed to the waiting thread
+            outcome.append(exc)
+        finally:
+            with lock:
+                done.set()
+                close_here = abandoned
+            if close_here:
+                registry.close()
+
+    threading.Thread(target=connect, name="shardcron-connect", daemon=True).start()
+    finished = done.wait(timeout)
+    with lock:
+        abandoned = not done.is_set()
+    if not finished and abandoned:
+        raise ConnectionLostError(f"no answer within {timeout:.0f}s")
+    if not outcome or outcome[0] is not None:
         registry.close()
+        raise outcome[0] if outcome and outcome[0] else ConnectionLostError("connection failed")
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C before anything started: one line, no traceback, no waiting for threads."""
+    click.echo("interrupted", err=True)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(130)
 
 
 def _one_line(text: str) -> str:
@@ -233,7 +334,7 @@ def _settings(pairs: Sequence[str]) -> dict[str, str]:
 
 def _to_json(value: object) -> Any:
     if isinstance(value, JobConfig):
-        return yaml.safe_load(value.to_yaml())
+        return load(value.to_yaml(), RegistryLoader)  # !!binary strings come back as text
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
@@ -268,7 +369,9 @@ def _cell(value: object) -> str:
         return value.astimezone().isoformat(sep=" ", timespec="seconds")
     if isinstance(value, list | tuple):
         return ",".join(str(v) for v in value) or "-"
-    return str(value).replace("\n", " ")
+    text = str(value).replace("\n", " ")
+    # A control character (Java may store one, as !!binary) would act on the terminal.
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
 
 
 def _echo_writes(writes: list[Write], as_json: bool, nothing: str) -> None:
@@ -392,7 +495,11 @@ def trigger(job: str, registry: str | None, as_json: bool) -> None:
         writes = admin.trigger(job)
         if not writes:
             raise ShardcronError(f"job {job!r} has no online instance; nothing was triggered")
-        _echo_writes(writes, as_json, "")
+        if as_json:
+            _echo_json(writes)
+            return
+        for write in writes:  # an operator wants who will run it, not the znode
+            click.echo(f"triggered {job} on {write.path.rsplit('/', 1)[1]}")
 
 
 @main.command()
@@ -494,9 +601,10 @@ def config(job: str, pairs: tuple[str, ...], registry: str | None, as_json: bool
             admin.update_config(job, settings)
             click.echo(f"updated job {job!r}: {', '.join(settings)}", err=True)
         if as_json:
-            _echo_json(admin.config(job))
+            config = admin.config(job)
+            _echo_json(config.with_changes(props=redact_props(config.props)))
         else:
-            click.echo(admin.config_yaml(job), nl=False)
+            click.echo(redact_text(admin.config_yaml(job)), nl=False)
 
 
 @main.command()
@@ -521,6 +629,24 @@ def dump(job: str, source: str | None, no_mask: bool, registry: str | None) -> N
         return
     with _admin(registry) as admin:
         click.echo(admin.dump(job, mask=not no_mask), nl=False)
+
+
+@main.command()
+@_registry_option
+@_operation
+def acl(registry: str | None) -> None:
+    """Apply the registry URL's digest ACL to every node of its namespace.
+
+    Nodes created before the digest was configured stay open to anonymous clients; run
+    this once (with zk://USER:PASSWORD@HOST:PORT/NAMESPACE) to close them.
+    """
+    from shardcron.registry.zookeeper import ZooKeeperRegistry
+
+    with _admin(registry) as admin:
+        if not isinstance(admin.registry, ZooKeeperRegistry):
+            raise ConfigError("registry", "ACLs exist on ZooKeeper only; give a zk:// URL")
+        count = admin.registry.apply_digest_acl()
+        click.echo(f"digest ACL applied to {count} nodes of /{admin.registry.namespace}")
 
 
 # --- web console ---------------------------------------------------------------------------
@@ -563,6 +689,27 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
     help=f"Key that signs session cookies (default: ${CONSOLE_SECRET_ENV}, else random "
     "per start, so a restart logs everyone out).",
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host name the console answers to, e.g. the proxy's; repeatable "
+    "(default: the listen address and localhost; '*' for any).",
+)
+@click.option(
+    "--secure-cookies/--no-secure-cookies",
+    default=None,
+    help="Mark cookies Secure (default: on unless listening on loopback; always on for "
+    "requests a trusted proxy says came over HTTPS).",
+)
+@click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    metavar="ADDRESS",
+    help="A proxy whose X-Forwarded-For/-Proto are believed; repeatable [127.0.0.1].",
+)
 @_operation
 def console(
     registry: str | None,
@@ -572,6 +719,9 @@ def console(
     admins: tuple[str, ...],
     guests: tuple[str, ...],
     secret: str | None,
+    allowed_hosts: tuple[str, ...],
+    secure_cookies: bool | None,
+    trusted_proxies: tuple[str, ...],
 ) -> None:
     """Serve the web console: jobs, sharding, servers, history, and every operation."""
     try:
@@ -594,7 +744,14 @@ def console(
     engine = open_engine(tracing) if tracing else None
     # The console reads from a watched copy of the namespace: a refresh costs no round trip.
     with _admin(registry) as direct, Admin(direct.registry, cached=True) as admin:
-        app = create_app(admin, accounts, tracing=engine, secret=secret)
+        app = create_app(
+            admin,
+            accounts,
+            tracing=engine,
+            secret=secret,
+            allowed_hosts=[*LOOPBACK, host, *allowed_hosts],
+            secure_cookies=host not in LOOPBACK if secure_cookies is None else secure_cookies,
+        )
         where = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
         click.echo(
             f"shardcron console on {where} (namespace {direct.registry.namespace!r}"
@@ -604,11 +761,19 @@ def console(
         if host not in LOOPBACK:
             click.echo(
                 f"warning: listening on {host} over plain HTTP; put it behind HTTPS "
-                "before anyone logs in over a network",
+                "before anyone logs in over a network, and name every Host it is reached "
+                "by with --allowed-host",
                 err=True,
             )
         try:
-            uvicorn.run(app, host=host, port=port, log_level="warning")
+            uvicorn.run(
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                proxy_headers=True,
+                forwarded_allow_ips=list(trusted_proxies) or "127.0.0.1",
+            )
         finally:
             if engine is not None:
                 engine.dispose()

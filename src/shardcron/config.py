@@ -12,17 +12,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
-import importlib
 import re
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 from urllib.parse import parse_qsl, unquote
 
-import yaml
-
+from shardcron import plugins, secrecy
 from shardcron.errors import ConfigError
+from shardcron.plugins import Kind
+from shardcron.snakeyaml import FileLoader, Props, RegistryLoader, dump_bean, java_props, load
 
 PROP_PREFIX = "shardcron."
 TYPE_PROP = PROP_PREFIX + "type"
@@ -31,7 +31,7 @@ CALLABLE_PROP = PROP_PREFIX + "callable"
 DEFAULT_SHARDING_STRATEGY = "AVG_ALLOCATION"
 DEFAULT_EXECUTOR_SERVICE_HANDLER = "CPU"
 DEFAULT_ERROR_HANDLER = "LOG"
-SHARDING_STRATEGIES = ("AVG_ALLOCATION", "ODEVITY", "ROUND_ROBIN")
+SHARDING_STRATEGIES = ("AVG_ALLOCATION", "ODEVITY", "ROUND_ROBIN", "SINGLE_SHARDING_BALANCE")
 EXECUTOR_SERVICE_HANDLERS = ("CPU", "SINGLE_THREAD")
 ERROR_HANDLERS = ("LOG", "THROW", "IGNORE", "WEBHOOK", "EMAIL", "WECHAT", "DINGTALK")
 HTTP_METHODS = ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "TRACE")
@@ -49,30 +49,6 @@ class JobType(enum.StrEnum):
     DATAFLOW = "DATAFLOW"
     SCRIPT = "SCRIPT"
     HTTP = "HTTP"
-
-
-class Props(Mapping[str, str]):
-    """An immutable, hashable ``str -> str`` mapping, kept in key order (like the YAML)."""
-
-    __slots__ = ("_items",)
-
-    def __init__(self, items: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
-        self._items = dict(sorted(dict(items).items()))
-
-    def __getitem__(self, key: str) -> str:
-        return self._items[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._items.items()))
-
-    def __repr__(self) -> str:
-        return f"Props({self._items!r})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,9 +123,14 @@ class JobConfig:
     def with_changes(self, **changes: Any) -> JobConfig:
         return dataclasses.replace(self, **changes)
 
-    def validate_all(self) -> list[ConfigError]:
-        """Every problem, in field order; empty when the job can run."""
-        return [ConfigError(f, p, job=self.job_name or None) for f, p in _problems(self)]
+    def validate_all(self, *, registered_only: bool = True) -> list[ConfigError]:
+        """Every problem, in field order; empty when the job can run. Never imports code.
+
+        ``registered_only=False`` is for operator tools, which cannot see the names the
+        workers registered: they accept any plain strategy, listener or handler name.
+        """
+        found = _problems(self, registered_only=registered_only)
+        return [ConfigError(f, p, job=self.job_name or None) for f, p in found]
 
     def validate(self) -> None:
         """Raise the first problem ``validate_all`` finds."""
@@ -158,7 +139,9 @@ class JobConfig:
             raise problems[0]
 
     def to_yaml(self) -> str:
-        """The ``/{job}/config`` value, byte for byte what Java 3.0.x writes."""
+        """The ``/{job}/config`` value, byte for byte what Java 3.0.x writes for the same config
+        (props in the order Java's map gives after the same insertions: :mod:`shardcron.snakeyaml`
+        says where that order cannot be known)."""
         props = dict(self.props)
         if self.type is not JobType.SIMPLE:
             props[TYPE_PROP] = str(self.type)
@@ -187,7 +170,10 @@ class JobConfig:
             "staticSharding": self.static_sharding,
             "timeZone": self.time_zone,
         }
-        return _dump({k: v for k, v in doc.items() if v is not None and v != [] and v != {}})
+        kept = {k: v for k, v in doc.items() if v is not None and v != [] and v != {}}
+        if "props" in kept:
+            kept["props"] = java_props(props)
+        return dump_bean(kept)
 
     @classmethod
     def from_yaml(cls, text: str, job_name: str | None = None) -> JobConfig:
@@ -196,7 +182,7 @@ class JobConfig:
         Absent keys get the Java POJO's defaults (not the builder's), unknown keys and
         ``jobExtraConfigurations`` are ignored; ``job_name`` is used only if the YAML has none.
         """
-        data = _load(text, _RegistryLoader)
+        data = load(text, RegistryLoader)
         if not isinstance(data, dict):
             raise ConfigError("config", f"expected a YAML mapping, got {_kind_name(data)}")
         cfg, errors = _parse_job(data, job_name, from_registry=True)
@@ -241,44 +227,33 @@ def parse_sharding_item_parameters(text: str) -> dict[int, str]:
 
 
 def resolve_callable(ref: str, *, field: str = "callable") -> object:
-    """Import ``"module:qualname"`` and return the object it names."""
-    module_name, sep, qualname = (part.strip() for part in ref.partition(":"))
-    if not sep or not module_name or not qualname:
-        raise ConfigError(field, f"{ref!r} is not 'module:qualname' (e.g. myapp.jobs:process)")
-    try:
-        target: object = importlib.import_module(module_name)
-    except Exception as exc:  # a broken user module can raise anything while importing
-        problem = f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
-        raise ConfigError(field, _one_line(problem)) from exc
-    for part in qualname.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            problem = f"module {module_name!r} imports, but has no {qualname!r} (no {part!r})"
-            raise ConfigError(field, problem) from None
-    return target
+    """Import ``"module:qualname"`` and return the object it names (local declarations only)."""
+    return plugins.import_ref(ref, field=field)
 
 
 # --- validation --------------------------------------------------------------------------
 
 
-def _problems(cfg: JobConfig) -> Iterator[tuple[str, str]]:
+def _problems(cfg: JobConfig, *, registered_only: bool) -> Iterator[tuple[str, str]]:
     yield from _job_name_problems(cfg.job_name)
     if cfg.sharding_total_count <= 0:
         yield "shardingTotalCount", f"must be at least 1; got {cfg.sharding_total_count}"
     yield from _cron_problems(cfg)
     yield from _sharding_parameter_problems(cfg)
-    yield from _strategy_problems(cfg.job_sharding_strategy_type)
     handler = cfg.job_executor_service_handler_type
     if handler and handler not in EXECUTOR_SERVICE_HANDLERS:
         yield EXECUTOR_KEY, f"unknown type {handler!r}; use {_choices(EXECUTOR_SERVICE_HANDLERS)}"
-    error_handler = cfg.job_error_handler_type
-    if error_handler and error_handler not in ERROR_HANDLERS:
-        yield (
-            "jobErrorHandlerType",
-            f"unknown type {error_handler!r}; use {_choices(ERROR_HANDLERS)}",
-        )
+    names = [
+        (Kind.STRATEGY, cfg.job_sharding_strategy_type, SHARDING_STRATEGIES),
+        (Kind.ERROR_HANDLER, cfg.job_error_handler_type, ERROR_HANDLERS),
+        *((Kind.LISTENER, name, ()) for name in cfg.job_listener_types),
+    ]
+    for kind, name, builtins in names:
+        problem = plugins.name_problem(kind, name or "", builtins, registered_only=registered_only)
+        if problem:
+            yield str(kind), problem
     yield from _type_problems(cfg)
+    yield from secrecy.literal_secret_problems(cfg.props)
     if cfg.failover and not cfg.monitor_execution:
         yield "failover", "needs monitorExecution: true (failover tracks running items)"
     if cfg.max_time_diff_seconds < -1:
@@ -344,19 +319,6 @@ def _sharding_parameter_problems(cfg: JobConfig) -> Iterator[tuple[str, str]]:
             )
 
 
-def _strategy_problems(strategy: str | None) -> Iterator[tuple[str, str]]:
-    if not strategy or strategy in SHARDING_STRATEGIES:
-        return
-    if ":" not in strategy:
-        choices = _choices((*SHARDING_STRATEGIES, "a module:qualname"))
-        yield "jobShardingStrategyType", f"unknown strategy {strategy!r}; use {choices}"
-        return
-    try:
-        resolve_callable(strategy, field="jobShardingStrategyType")
-    except ConfigError as err:
-        yield err.field, err.problem
-
-
 def _type_problems(cfg: JobConfig) -> Iterator[tuple[str, str]]:
     if cfg.type is JobType.SCRIPT and not cfg.prop("script.command.line", "").strip():
         yield "props.script.command.line", "required for SCRIPT jobs: the command line to run"
@@ -369,13 +331,13 @@ def _type_problems(cfg: JobConfig) -> Iterator[tuple[str, str]]:
         elif method.upper() not in HTTP_METHODS:
             yield "props.http.method", f"unknown method {method!r}; use {_choices(HTTP_METHODS)}"
     if cfg.type in (JobType.SIMPLE, JobType.DATAFLOW):
+        # Only the form: the code is imported where the job is declared (plugins.declare),
+        # never because a registry value names it.
+        module, sep, qualname = (cfg.callable or "").partition(":")
         if not cfg.callable:
             yield "callable", f"required for {cfg.type} jobs: 'module:qualname' of the function"
-            return
-        try:
-            resolve_callable(cfg.callable)
-        except ConfigError as err:
-            yield err.field, err.problem
+        elif not sep or not module.strip() or not qualname.strip():
+            yield "callable", f"{cfg.callable!r} is not 'module:qualname' (e.g. myapp.jobs:run)"
 
 
 def _choices(values: Iterable[str]) -> str:
@@ -573,6 +535,40 @@ def _split_python_props(
     return errors
 
 
+# Not compared by ``drift``: ``overwrite`` is the file's own switch, and a worker always
+# runs its own ``type`` and ``callable`` (a different callable is a name conflict instead).
+_NOT_DRIFT = frozenset({"job_name", "overwrite", "type", "callable", "props"})
+_YAML_KEY_OF = {attr: key for key, (attr, _) in _JAVA_KEYS.items() if key != EXECUTOR_KEY_305}
+
+
+def drift(stored: JobConfig, local: JobConfig) -> list[str]:
+    """The YAML keys whose registry value differs from the file's, sorted; ``props.NAME``
+    for a property. With ``overwrite: false`` a worker runs the stored values of these."""
+    keys = [
+        _YAML_KEY_OF[f.name]
+        for f in dataclasses.fields(JobConfig)
+        if f.compare
+        and f.name not in _NOT_DRIFT
+        and getattr(stored, f.name) != getattr(local, f.name)
+    ]
+    keys += [
+        f"props.{name}"
+        for name in set(stored.props) | set(local.props)
+        if stored.props.get(name) != local.props.get(name)
+    ]
+    return sorted(keys)
+
+
+def drift_notice(job_name: str, keys: Iterable[str]) -> str:
+    """One line for a worker's log: the registry's config wins over the local one, and how
+    to apply the local one."""
+    return (
+        f"job {job_name!r}: the registry keeps its stored config (overwrite: false), which "
+        f"differs from the local one in {', '.join(keys)}; to apply the local config, start "
+        f"once with overwrite: true or run 'shardcron config {job_name} --set KEY=VALUE'"
+    )
+
+
 def apply_settings(cfg: JobConfig, settings: Mapping[str, str]) -> JobConfig:
     """``cfg`` with camelCase keys set from strings (``config JOB --set key=value``).
 
@@ -607,81 +603,6 @@ def apply_settings(cfg: JobConfig, settings: Mapping[str, str]) -> JobConfig:
     return cfg.with_changes(props=Props(props), **changes)
 
 
-# --- YAML as SnakeYAML writes and reads it -----------------------------------------------
-
-
-class _SnakeDumper(yaml.SafeDumper):
-    """Emits what SnakeYAML's ``dumpAsMap`` emits for the same data: block style, width 80.
-
-    SnakeYAML's emitter is a port of PyYAML's, so quoting matches, except that SnakeYAML
-    also reads ``1e5``-like strings as floats and so quotes them; the resolver below adds that.
-    """
-
-
-_SnakeDumper.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9_]+(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?$"),
-    list("-+0123456789."),
-)
-
-
-class _RegistryLoader(yaml.SafeLoader):
-    """Reads registry YAML, tolerating SnakeYAML class tags (``!!org.apache...``)."""
-
-
-def _construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> object:
-    if isinstance(node, yaml.MappingNode):
-        return loader.construct_mapping(node, deep=True)
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node, deep=True)
-    return loader.construct_scalar(node)  # type: ignore[arg-type]
-
-
-_RegistryLoader.add_multi_constructor("", _construct_tagged)
-
-
-class _FileLoader(yaml.SafeLoader):
-    """Reads the user's file, rejecting duplicate keys (the first would be silently lost)."""
-
-
-def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> object:
-    loader.flatten_mapping(node)
-    seen: set[Hashable] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if isinstance(key, Hashable) and key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_FileLoader.add_constructor("tag:yaml.org,2002:map", _construct_unique_mapping)
-
-
-def _dump(doc: Mapping[str, object]) -> str:
-    return yaml.dump(
-        dict(doc), Dumper=_SnakeDumper, default_flow_style=False, sort_keys=True, allow_unicode=True
-    )
-
-
-def _load(text: str, loader: type[yaml.SafeLoader]) -> object:
-    try:
-        return yaml.load(text, Loader=loader)  # both loaders derive from SafeLoader
-    except yaml.YAMLError as exc:
-        raise _yaml_error(exc) from None
-
-
-def _yaml_error(exc: yaml.YAMLError) -> ConfigError:
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        context = f" ({exc.context})" if exc.context else ""
-        problem = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}{context}"
-        return ConfigError("yaml", _one_line(problem))
-    return ConfigError("yaml", _one_line(str(exc)))
-
-
 # --- instance node -----------------------------------------------------------------------
 
 
@@ -697,11 +618,11 @@ class InstanceRecord:
 def instance_yaml(instance_id: str, server_ip: str, labels: str | None = None) -> str:
     """``"jobInstanceId: ...\\nserverIp: ...\\n"`` (with ``labels`` between, if set)."""
     doc = {"jobInstanceId": instance_id, "labels": labels, "serverIp": server_ip}
-    return _dump({k: v for k, v in doc.items() if v is not None})
+    return dump_bean({k: v for k, v in doc.items() if v is not None})
 
 
 def parse_instance_yaml(text: str) -> InstanceRecord:
-    data = _load(text, _RegistryLoader)
+    data = load(text, RegistryLoader)
     if not isinstance(data, dict):
         raise ConfigError("instance", f"expected a YAML mapping, got {_kind_name(data)}")
     instance_id, server_ip, labels = (data.get(k) for k in ("jobInstanceId", "serverIp", "labels"))
@@ -731,7 +652,7 @@ class RegistryConfig:
     base_sleep_ms: int = 1_000
     max_sleep_ms: int = 3_000
     max_retries: int = 3
-    digest: str | None = None
+    digest: str | None = field(default=None, repr=False)  # USER:PASSWORD: never printed
 
     @property
     def is_memory(self) -> bool:
@@ -784,14 +705,17 @@ def parse_registry_url(url: str) -> RegistryConfig:
         return RegistryConfig(servers=MEMORY_SERVERS, namespace=namespace)
     if scheme.lower() not in ("zk", "zookeeper") or not sep:
         raise ConfigError(
-            "registry", f"{url!r} is not zk://HOST:PORT[,HOST:PORT]/NAMESPACE or memory://"
+            "registry",
+            f"{secrecy.redact_url(url)!r} is not zk://HOST:PORT[,HOST:PORT]/NAMESPACE or memory://",
         )
     rest, _, query = rest.partition("?")
     netloc, _, path = rest.partition("/")
     userinfo, at, servers = netloc.rpartition("@")
     namespace = unquote(path.strip("/"))
     if not namespace:
-        raise ConfigError("registry", f"{url!r} names no namespace; add /NAMESPACE")
+        raise ConfigError(
+            "registry", f"{secrecy.redact_url(url)!r} names no namespace; add /NAMESPACE"
+        )
     data: dict[str, object] = dict(parse_qsl(query, keep_blank_values=True))
     data.update(servers=servers, namespace=namespace)
     if at:
@@ -838,6 +762,12 @@ class WorkerConfig:
     metrics_host: str = "127.0.0.1"
     dump_port: int | None = None  # the dump@{job} TCP service, on 127.0.0.1
     grace_seconds: float = 30.0
+    # name -> module:qualname, imported from this file only (see shardcron.plugins)
+    strategies: Mapping[str, str] = field(default_factory=dict)
+    listener_types: Mapping[str, str] = field(default_factory=dict)
+    error_handlers: Mapping[str, str] = field(default_factory=dict)
+    # NAME -> value for ${NAME} references in props (see shardcron.secrecy)
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 _WORKER_KEYS = {
@@ -846,6 +776,15 @@ _WORKER_KEYS = {
     "metricsHost": "metrics_host",
     "dumpPort": "dump_port",
     "graceSeconds": "grace_seconds",
+    "strategies": "strategies",
+    "listenerTypes": "listener_types",
+    "errorHandlers": "error_handlers",
+    "secrets": "secrets",
+}
+_WORKER_TABLES = {
+    "strategies": Kind.STRATEGY,
+    "listener_types": Kind.LISTENER,
+    "error_handlers": Kind.ERROR_HANDLER,
 }
 
 
@@ -890,7 +829,7 @@ def _read_config_file(path: Path, *, validate: bool) -> tuple[AppConfig | None, 
     except (OSError, UnicodeDecodeError) as exc:
         return None, [ConfigError("file", _one_line(f"cannot read: {exc}"))]
     try:
-        data = _load(text, _FileLoader)
+        data = load(text, FileLoader)
     except ConfigError as err:
         return None, [err]
     if data is None:
@@ -901,8 +840,10 @@ def _read_config_file(path: Path, *, validate: bool) -> tuple[AppConfig | None, 
     top = ("registry", "jobs", "worker")
     errors = [_unknown_key(str(k), top, None) for k in data if k not in top]
     registry, registry_errors = _registry_from_file(data.get("registry"))
-    jobs, job_errors = _jobs_from_file(data.get("jobs"), validate=validate)
+    # The worker block first: the jobs may name the strategies and listeners it registers.
     worker, worker_errors = _worker_from_file(data.get("worker"))
+    worker_errors += _register_worker_names(worker)
+    jobs, job_errors = _jobs_from_file(data.get("jobs"), validate=validate)
     errors += registry_errors + job_errors + worker_errors
     return AppConfig(registry=registry, jobs=jobs, worker=worker), errors
 
@@ -928,9 +869,27 @@ def _worker_from_file(raw: object) -> tuple[WorkerConfig, list[ConfigError]]:
             errors.append(ConfigError(f"worker.{key}", f"must be seconds >= 0; got {value!r}"))
         elif name in ("tracing", "metrics_host") and not isinstance(value, str):
             errors.append(ConfigError(f"worker.{key}", f"must be text; got {value!r}"))
+        elif name in ("secrets", *_WORKER_TABLES) and not (
+            isinstance(value, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        ):
+            errors.append(ConfigError(f"worker.{key}", "must map names to text, e.g. A: b"))
         else:
             values[name] = value
     return WorkerConfig(**values), errors
+
+
+def _register_worker_names(worker: WorkerConfig) -> list[ConfigError]:
+    """Import the worker block's named code (a local file: trusted) and keep its secrets."""
+    errors: list[ConfigError] = []
+    secrecy.set_local_secrets(worker.secrets)
+    for attr, kind in _WORKER_TABLES.items():
+        key = next(k for k, v in _WORKER_KEYS.items() if v == attr)
+        try:
+            plugins.register_refs(kind, getattr(worker, attr), source=f"worker.{key}")
+        except ConfigError as err:
+            errors.append(err)
+    return errors
 
 
 def _registry_from_file(raw: object) -> tuple[RegistryConfig | None, list[ConfigError]]:
@@ -976,5 +935,10 @@ def _jobs_from_file(
         if validate:
             # A field that failed to convert holds a stand-in; do not report it twice.
             failed = {err.field for err in job_errors}
+            try:
+                plugins.declare(cfg, with_callable=cfg.type in (JobType.SIMPLE, JobType.DATAFLOW))
+            except ConfigError as err:
+                failed.add(err.field)
+                errors.append(err)
             errors += [err for err in cfg.validate_all() if err.field not in failed]
     return tuple(jobs), errors

@@ -47,20 +47,26 @@ def run(seconds: int, echo: Callable[[str], None]) -> None:
     stop_at = time.time() + seconds / 2
     stopped = False
     printed = int(time.time())
+
+    def show(until: int) -> int:
+        """Print the fires of the seconds before ``until``; return the next one to print."""
+        for second in range(printed, until):
+            with lock:
+                fire = ran.pop(second, {})
+            if fire:
+                owners = {i: owner.split("@-@")[1] for i, owner in fire.items()}
+                cells = "  ".join(f"{i}->{owners.get(i, '-')}" for i in range(ITEMS))
+                echo(f"{time.strftime('%H:%M:%S', time.localtime(second))}  {cells}")
+        return max(printed, until)
+
     try:
         while time.time() < deadline:
-            time.sleep(0.2)
-            now = int(time.time())
-            for second in range(printed, now - 1):
-                with lock:
-                    fire = ran.pop(second, {})
-                if fire:
-                    cells = "  ".join(
-                        f"{i}->{fire.get(i, '-').split('@-@')[1]}" for i in range(ITEMS)
-                    )
-                    echo(f"{time.strftime('%H:%M:%S', time.localtime(second))}  {cells}")
-                printed = second + 1
+            time.sleep(0.2)  # the pace of a console display, not a synchronisation
+            # A second's fire may still be recording its items: print it one second later.
+            printed = show(int(time.time()) - 1)
             if not stopped and time.time() >= stop_at:
+                # Every fire before the stop is shown before the line that says so.
+                printed = show(int(time.time()))
                 victim = schedulers.pop(0)
                 echo(
                     f"-- stopping instance {victim.instance_id}; its items move to the other two --"

@@ -20,8 +20,10 @@ Java ``JobOperateAPI.dump`` client work against a shardcron worker::
 
 Java also appends the value its local cache holds when that differs from the registry's;
 shardcron dumps what the registry holds, only (a worker's cache is private to each job
-runtime). The port is opt-in and binds to loopback unless told otherwise: the dump shows
-job parameters and configs.
+runtime). The port is opt-in and binds to loopback unless told otherwise. It answers
+anyone who can connect with what this worker's (possibly digest-authenticated) session
+can read, so every local user of the host can ask: secrets are redacted from the answer,
+and a line that is not ``dump@{job}`` is closed unanswered, never with a traceback.
 
 ``shardcron dump JOB`` reads the registry directly with :func:`dump_job` (no worker
 needed), or asks a worker's port with :func:`request_dump`.
@@ -37,8 +39,8 @@ import threading
 from collections.abc import Iterable
 from typing import Protocol
 
-from shardcron.errors import RegistryError
 from shardcron.paths import JobPaths
+from shardcron.secrecy import redact_text
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +94,9 @@ def render(entries: Iterable[Entry]) -> str:
 
 
 def dump_job(reader: _Reader, job: str, *, mask: bool = True) -> str:
-    """The dump text of ``job`` read from ``reader`` (a registry), IPs masked by default."""
-    entries = snapshot(reader, job)
+    """The dump text of ``job`` read from ``reader`` (a registry), IPs masked by default,
+    secrets (``key: value`` of a secret-named key, URL passwords and tokens) always."""
+    entries = [(path, redact_text(value)) for path, value in snapshot(reader, job)]
     return render(mask_ips(entries) if mask else entries)
 
 
@@ -161,10 +164,11 @@ class _Handler(socketserver.StreamRequestHandler):
             return
         try:
             text = dump_job(self.server.registry, job)
-        except RegistryError as exc:
-            log.warning("dump of job %s failed: %s", job, exc)
-            return
-        self.wfile.write(text.encode())
+            self.wfile.write(text.encode())
+        except OSError:
+            return  # the client went away
+        except Exception as exc:  # noqa: BLE001 - any input gets an answer or a close, no traceback
+            log.warning("dump of job %r failed: %s: %s", job, type(exc).__name__, exc)
 
 
 def _job_of(line: str) -> str | None:
@@ -172,4 +176,7 @@ def _job_of(line: str) -> str | None:
     if not line.startswith(COMMAND_PREFIX):
         return None
     job = line[len(COMMAND_PREFIX) :]
-    return job if job and "/" not in job else None
+    # A job name is one registry node name: no path tricks (dump@.., dump@/) reach the walk.
+    if not job or "/" in job or job in (".", "..") or any(ord(ch) < 0x20 for ch in job):
+        return None
+    return job

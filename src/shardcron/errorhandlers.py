@@ -13,6 +13,13 @@ Whatever the handler, the item counts as failed and the scheduler carries on.
   it for chat robots: ``json``, ``slack``, ``dingtalk``, ``wechat``, ``feishu``).
 * ``EMAIL``: log it, then mail a report through SMTP (``email.*`` props, ElasticJob's names).
 * ``WECHAT`` / ``DINGTALK``: ElasticJob's robot handlers, as WEBHOOK with their props.
+* Any other name: a handler the worker registered (``Scheduler(error_handlers=...)``,
+  ``worker.errorHandlers``); a name from the registry never imports code.
+
+Secret props (passwords, signing secrets, URLs with tokens) are ``${NAME}`` references in
+the registry, resolved here from the worker's own secrets (:mod:`shardcron.secrecy`).
+EMAIL verifies the server's certificate (SMTPS and STARTTLS) and refuses to log in over
+plain SMTP unless ``email.allowPlaintextLogin`` says so.
 
 Props are checked when the job starts (one-line :class:`ConfigError` naming the prop). A
 handler that cannot deliver logs why and returns: its own failure never reaches the job.
@@ -28,19 +35,23 @@ import hmac
 import json
 import logging
 import smtplib
+import ssl
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import EmailMessage
+from typing import cast
 from urllib.parse import quote
 
-from shardcron.config import JobConfig
+from shardcron import plugins, secrecy
+from shardcron.config import ERROR_HANDLERS, JobConfig
 from shardcron.errors import ConfigError
 from shardcron.jobs import http_request, positive_prop, url_problem
 from shardcron.model import ShardingContext, default_instance_id
 from shardcron.runtime import ErrorHandler
+from shardcron.secrecy import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +88,11 @@ def make_error_handler(config: JobConfig, instance: str | None = None) -> ErrorH
     }
     if kind in simple:
         return simple[kind]
+    registered = plugins.lookup(plugins.Kind.ERROR_HANDLER, kind)
+    if registered is not None:
+        return cast(ErrorHandler, registered)
+    # Secret props are ${NAME} references in the registry; only here do they get values.
+    config = config.with_changes(props=secrecy.resolve_props(config.props, config.job_name))
     notifier: Callable[[Failure], None]
     if kind == "WEBHOOK":
         notifier = Webhook.of(config, "webhook.")
@@ -87,11 +103,10 @@ def make_error_handler(config: JobConfig, instance: str | None = None) -> ErrorH
     elif kind == "EMAIL":
         notifier = Email.of(config)
     else:
-        raise ConfigError(
-            "jobErrorHandlerType",
-            f"unknown type {kind!r}; use LOG, THROW, IGNORE, WEBHOOK or EMAIL",
-            job=config.job_name,
+        problem = plugins.name_problem(
+            plugins.Kind.ERROR_HANDLER, kind, ERROR_HANDLERS, registered_only=True
         )
+        raise ConfigError("jobErrorHandlerType", problem or kind, job=config.job_name)
     return _Notifying(kind, notifier, who)
 
 
@@ -257,7 +272,7 @@ class Webhook:
         )
         if status >= 400:
             excerpt = " ".join(answer.decode(errors="replace").split())[:200]
-            raise OSError(f"{self.url} answered {status} {reason}: {excerpt}")
+            raise OSError(f"{redact_url(self.url)} answered {status} {reason}: {excerpt}")
 
 
 # -- EMAIL ------------------------------------------------------------------------------
@@ -277,6 +292,7 @@ class Email:
     bcc: tuple[str, ...]
     subject: str | None
     timeout: float  # seconds
+    allow_plaintext_login: bool = False
 
     @classmethod
     def of(cls, config: JobConfig) -> Email:
@@ -323,11 +339,30 @@ class Email:
         if username and password is None:
             raise ConfigError("props.email.password", "required with email.username", job=job)
         timeout = positive_prop(config, "email.timeout.milliseconds", "milliseconds, e.g. 10000")
+        starttls = flag("email.starttls", False)
+        plaintext = flag("email.allowPlaintextLogin", False)
+        if username and not use_ssl and not starttls:
+            if not plaintext:
+                raise ConfigError(
+                    "props.email.useSsl",
+                    "a login over plain SMTP would send the password in clear; set "
+                    "email.useSsl: true or email.starttls: true (or, on a trusted network "
+                    "only, email.allowPlaintextLogin: true)",
+                    job=job,
+                )
+            log.warning(
+                "job %s: EMAIL logs in to %s:%d over plain SMTP (email.allowPlaintextLogin): "
+                "the password crosses the network in clear",
+                job,
+                host,
+                port,
+            )
         return cls(
             host=host,
             port=port,
             use_ssl=use_ssl,
-            starttls=flag("email.starttls", False),
+            starttls=starttls,
+            allow_plaintext_login=plaintext,
             username=username,
             password=password,
             sender=sender,
@@ -355,14 +390,17 @@ class Email:
         return message
 
     def __call__(self, failure: Failure) -> None:
+        # The system's trusted CAs and host name check: a server that cannot prove its
+        # name gets no password (smtplib verifies nothing without a context).
+        context = ssl.create_default_context()
         smtp: smtplib.SMTP = (
-            smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout)
+            smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=context)
             if self.use_ssl
             else smtplib.SMTP(self.host, self.port, timeout=self.timeout)
         )
         with smtp:
             if self.starttls and not self.use_ssl:
-                smtp.starttls()
+                smtp.starttls(context=context)
             if self.username:
                 smtp.login(self.username, self.password or "")
             smtp.send_message(self.message(failure), self.sender, [*self.to, *self.cc, *self.bcc])

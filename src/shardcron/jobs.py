@@ -11,8 +11,11 @@ failing every item.
   context says to stop (the job is stopping, or resharding is pending).
 * SCRIPT: ``script.command.line`` run without a shell, one process per item, with the
   item's context JSON as the last argument; a non-zero exit or a timeout fails the item.
+  The child gets the worker's environment minus shardcron's credential variables.
 * HTTP: one request per item with the context JSON in the ``shardingContext`` header;
-  status >= 400 or a network error fails the item (ElasticJob only logs those).
+  status >= 400 or a network error fails the item (ElasticJob only logs those). A URL
+  with credentials is a ``${NAME}`` reference in the registry; errors show it redacted,
+  and at most ``MAX_RESPONSE_BYTES`` of a response are read.
 
 Coroutines, wherever a user callable returns one, run on the scheduler's one event loop
 thread, so an awaiting job never holds a worker thread's loop hostage from other jobs.
@@ -36,9 +39,11 @@ from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import urlsplit
 
+from shardcron import secrecy
 from shardcron.config import JobConfig, JobType, resolve_callable
 from shardcron.errors import ConfigError, ShardcronError
 from shardcron.model import ShardingContext
+from shardcron.secrecy import is_reference, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,8 @@ HTTP_BODY_METHODS = ("POST", "PUT", "DELETE")  # the only methods ElasticJob sen
 
 # Keeps a failed HTTP item's error message to one readable line.
 _RESPONSE_EXCERPT = 200
+# More of a response than this is never read: only an excerpt is ever used.
+MAX_RESPONSE_BYTES = 64 * 1024
 
 
 class ItemFailedError(ShardcronError):
@@ -101,7 +108,11 @@ def make_runner(config: JobConfig, target: object | None, loop: AsyncLoop) -> It
     if config.type is JobType.SCRIPT:
         return _script(ScriptSettings.of(config))
     if config.type is JobType.HTTP:
-        return _http(HttpSettings.of(config))
+        # A URL with credentials is a ${NAME} reference in the registry; resolved only here.
+        props = secrecy.resolve_props(config.props, config.job_name)
+        return _http(HttpSettings.of(config.with_changes(props=props)))
+    # The callable is always the local declaration's: the runtime never takes it from the
+    # registry, so a registry write cannot change which code this worker imports.
     found = target if target is not None else resolve_callable(config.callable or "")
     if config.type is JobType.DATAFLOW:
         return _dataflow(found, _streaming(config), loop, config.job_name)
@@ -244,6 +255,7 @@ def run_script(settings: ScriptSettings, ctx: ShardingContext) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            env=secrecy.child_environment(),
         )
     except OSError as exc:
         raise ItemFailedError(f"{tag}: cannot start {settings.command[0]!r}: {exc}") from exc
@@ -321,14 +333,17 @@ class HttpSettings:
 
 
 def url_problem(uri: str) -> str | None:
-    """Why ``uri`` cannot be requested, or None when it is a usable http(s) URL."""
+    """Why ``uri`` cannot be requested, or None when it is a usable http(s) URL (or a
+    ``${NAME}`` reference, which only the worker can resolve and check)."""
+    if is_reference(uri):
+        return None
     parts = urlsplit(uri)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"{uri!r} is not an http:// or https:// URL, e.g. http://host:8080/run"
+        return f"{redact_url(uri)!r} is not an http:// or https:// URL, e.g. http://host:8080/run"
     try:
         parts.port  # noqa: B018 - raises on a malformed port
     except ValueError as exc:
-        return f"{uri!r}: {exc}"
+        return f"{redact_url(uri)!r}: {exc}"
     return None
 
 
@@ -346,7 +361,8 @@ def call_http(settings: HttpSettings, ctx: ShardingContext) -> None:
     if settings.content_type:
         headers["Content-Type"] = settings.content_type
     body = settings.data.encode() if settings.method in HTTP_BODY_METHODS else None
-    what = f"job {ctx.job_name} item {ctx.sharding_item}: {settings.method} {settings.uri}"
+    where = redact_url(settings.uri)  # logs and trace rows never carry the URL's secrets
+    what = f"job {ctx.job_name} item {ctx.sharding_item}: {settings.method} {where}"
     try:
         status, reason, payload = http_request(
             settings.uri,
@@ -386,7 +402,7 @@ def http_request(
         connection.sock.settimeout(read_timeout)
         connection.request(method, target, body=body, headers=headers)
         response = connection.getresponse()
-        return response.status, response.reason, response.read()
+        return response.status, response.reason, response.read(MAX_RESPONSE_BYTES)
     finally:
         connection.close()
 

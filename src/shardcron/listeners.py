@@ -1,8 +1,11 @@
 """Job listeners: code that runs before and after each fire of a job on an instance.
 
 A listener comes from code (``Scheduler.add_job(..., listeners=[...])``) or from the
-config (``jobListenerTypes: [myapp.hooks:AuditListener]``, instantiated without
-arguments, one object per job). Listeners run in ascending ``order``.
+config (``jobListenerTypes: [AUDIT]``, instantiated without arguments, one object per
+job). A listener type name resolves only to a class the worker registered
+(``Scheduler(listener_types={"AUDIT": AuditListener})``, the ``worker.listenerTypes``
+block, or a ``module:qualname`` the job's local declaration names), never to code a
+registry value names. Listeners run in ascending ``order``.
 
 :class:`DistributeOnceListener` turns the per-instance calls into cluster-wide ones: its
 ``before_all_started`` runs once per fire when every item of the fire has started on
@@ -28,9 +31,9 @@ import logging
 import threading
 import time
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, cast
 
-from shardcron.config import resolve_callable
+from shardcron import plugins
 from shardcron.errors import (
     BadVersionError,
     ConfigError,
@@ -72,12 +75,13 @@ def ordered(listeners: list[JobListener]) -> list[JobListener]:
 
 
 def load_listeners(type_refs: tuple[str, ...]) -> list[JobListener]:
-    """Instantiate the listeners named in ``jobListenerTypes`` (``module:qualname``)."""
+    """Instantiate the listeners named in ``jobListenerTypes`` (registered names only)."""
     listeners: list[JobListener] = []
     for ref in type_refs:
-        found = resolve_callable(ref, field="jobListenerTypes")
-        if not callable(found):
-            raise ConfigError("jobListenerTypes", f"{ref!r} is not a class; name a listener class")
+        found = plugins.lookup(plugins.Kind.LISTENER, ref)
+        if found is None:
+            problem = plugins.name_problem(plugins.Kind.LISTENER, ref, (), registered_only=True)
+            raise ConfigError("jobListenerTypes", problem or f"unknown listener {ref!r}")
         try:
             listener = found()
         except Exception as exc:
@@ -94,7 +98,7 @@ def load_listeners(type_refs: tuple[str, ...]) -> list[JobListener]:
             raise ConfigError(
                 "jobListenerTypes", f"{ref!r} has no {' or '.join(missing)}; it is not a listener"
             )
-        listeners.append(listener)
+        listeners.append(cast(JobListener, listener))
     return listeners
 
 

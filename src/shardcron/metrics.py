@@ -17,6 +17,9 @@ Everything counts what happened on this instance only; sum over instances in Pro
     item runs by outcome ``success`` or ``failure``
 ``shardcron_item_duration_seconds{job}``
     histogram of item run times
+``shardcron_last_success_timestamp_seconds{job}``
+    epoch seconds when a fire last finished here with every item successful; alert on
+    ``time() - max by (job) (...)`` growing past a few periods to catch a job that went stale
 ``shardcron_items_running{job}``
     items running now
 ``shardcron_skipped_items_total{job,misfire}``
@@ -89,6 +92,12 @@ class Metrics:
             registry=p,
         )
         self.running = Gauge("shardcron_items_running", "Items running now", ["job"], registry=p)
+        self.last_success = Gauge(
+            "shardcron_last_success_timestamp_seconds",
+            "When a fire last finished here with every item successful (epoch seconds)",
+            ["job"],
+            registry=p,
+        )
         self.skipped = Counter(
             "shardcron_skipped_items",
             "Items left out of a fire because they were still running",
@@ -128,6 +137,8 @@ class Metrics:
             if event.state in (FireState.TASK_FINISHED, FireState.TASK_ERROR):
                 outcome = "error" if event.state is FireState.TASK_ERROR else "finished"
                 self.fires.labels(job, str(event.source), outcome).inc()
+                if event.state is FireState.TASK_FINISHED:
+                    self.last_success.labels(job).set(event.at)
         elif isinstance(event, ItemsSkipped):
             self.skipped.labels(job, str(event.misfire).lower()).inc(len(event.items))
         elif isinstance(event, FailoverClaimed):

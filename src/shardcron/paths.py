@@ -8,7 +8,8 @@ All paths are relative to the namespace, which the registry applies as a chroot:
       instances/{ip}@-@{pid}                 ephemeral, instance YAML
       trigger/{instance}                     one-shot run request
       sharding/{item}/instance               owner instance id
-      sharding/{item}/running                claimed for a run (persistent when failover is on)
+      sharding/{item}/running                claimed for a run (persistent), value: holder id
+      sharding/{item}/running/lease          ephemeral twin: the holder's session is alive
       sharding/{item}/failover               ephemeral, id of the instance running it as failover
       sharding/{item}/failovering            persistent twin of ``failover``
       sharding/{item}/misfire | disabled     flags
@@ -18,6 +19,7 @@ All paths are relative to the namespace, which the registry applies as a chroot:
       leader/failover/latch                  lock for claiming them
       guarantee/started|completed/{item}     distributed-once listener bookkeeping
       systemTime/current                     touched to read the registry's clock
+      stopped                                shardcron only: instances that stopped cleanly
 """
 
 from __future__ import annotations
@@ -86,6 +88,11 @@ class JobPaths:
     def running(self, item: int) -> str:
         return f"/{self.job}/sharding/{item}/running"
 
+    def lease(self, item: int) -> str:
+        """shardcron's ephemeral child of ``running``: proof that the holder's session lives.
+        Java deletes ``running`` recursively, so the extra child does not disturb it."""
+        return f"/{self.job}/sharding/{item}/running/lease"
+
     def failover(self, item: int) -> str:
         return f"/{self.job}/sharding/{item}/failover"
 
@@ -130,6 +137,10 @@ class JobPaths:
 
     def guarantee_item(self, phase: str, item: int) -> str:
         return f"/{self.job}/guarantee/{phase}/{item}"
+
+    @property
+    def stopped(self) -> str:
+        return f"/{self.job}/stopped"
 
     @property
     def system_time(self) -> str:

@@ -1,53 +1,51 @@
-"""One job on one instance: start-up, reactions to registry changes, and each fire.
+"""One job on one instance: a state machine fed by events, deciding on one thread.
 
-Three kinds of thread touch a runtime, each with one job:
+Inputs, all handled on the coordinator thread: registry cache events, session changes,
+timer ticks, item completions (from :mod:`shardcron.fire`) and the periodic heal tick.
+Registry requests are made from there too, so no two decisions race. Kazoo, the worker
+pool and the clock stay at the edges (:class:`shardcron.fire.Host`), which is what lets
+:mod:`shardcron.simulation` run many instances on a virtual clock with injected faults.
 
-* the registry's event thread applies cache updates and only *enqueues* reactions;
-* the scheduler's coordinator thread runs those reactions in order (election, flags,
-  failover claims, operator requests): every decision about cluster state is made there;
-* worker-pool threads run fires and items.
+Coordination is level-triggered: whatever a fault left behind is found again by the
+sweep of :mod:`shardcron.healing`, run on election, after every reconnect, on membership
+changes and every ``HEAL_SECONDS``. A request whose answer was lost is never forgotten:
+the claim or completion stays pending and is resolved from what the registry holds once
+the connection is back (:meth:`shardcron.firing.Firing.resolve`).
 
-A fire reads only the local tree cache. It costs two round trips when the instance has
-items (claim, complete) and none when it has not; resharding, misfire and failover add
-round trips only when they actually happen.
+A fire reads only the local cache. It costs two round trips when the instance has items
+(claim, complete) and none when it has not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
 
-from shardcron import election, execution, failover, membership, sharding
-from shardcron.config import JobConfig
+from shardcron import election, failover, healing, membership, sharding, stopmark
+from shardcron.config import JobConfig, drift, drift_notice
 from shardcron.errors import (
-    ClockSkewError,
     JobConflictError,
+    NodeExistsError,
     RegistryError,
     ShardcronError,
     TransactionError,
 )
 from shardcron.events import (
     Event,
-    FailoverClaimed,
-    FireState,
-    FireStatus,
-    ItemFinished,
-    ItemsSkipped,
-    ItemStarted,
     LeaderChanged,
     Observer,
     Resharded,
 )
+from shardcron.fire import ErrorHandler, FirePath, Host
+from shardcron.firing import Firing
 from shardcron.jobs import ItemRunner
 from shardcron.listeners import JobListener, ordered
-from shardcron.model import ExecutionSource, FireContext, ServerStatus, ShardingContext, task_id
-from shardcron.paths import INSTANCE_DELIMITER, JobPaths
+from shardcron.model import ExecutionSource, ServerStatus, ShardingContext
+from shardcron.paths import JobPaths
 from shardcron.registry import (
+    Create,
     Delete,
     EventType,
     NodeEvent,
@@ -61,23 +59,15 @@ from shardcron.trigger import CronTrigger
 
 log = logging.getLogger(__name__)
 
-SHARDING_WAIT_SECONDS = 10.0
-CLOCK_REFRESH_SECONDS = 60.0
-# How long a busy instance leaves queued failover items to idle ones before it takes them.
-FAILOVER_GRACE_SECONDS = 0.1
+HEAL_SECONDS = 2.0
+HEAL_SOON_SECONDS = 0.05
+# How long a leader waits for its cache to show the layout it wrote before planning anew.
+LAYOUT_WAIT_SECONDS = 5.0
 
+# Leaves whose changes need no reaction: claims, flags, failover marks, owners, versions.
+_QUIET_LEAVES = frozenset({"running", "misfire", "failover", "failovering", "instance"})
 
-class Host(Protocol):
-    """What the process-wide scheduler offers its job runtimes."""
-
-    def submit(self, fn: Callable[[], None]) -> None: ...
-    def coordinate(self, fn: Callable[[], None]) -> None: ...
-    def call_later(self, delay: float, fn: Callable[[], None]) -> None: ...
-    def reschedule(self, runtime: JobRuntime) -> None: ...
-    def detach(self, runtime: JobRuntime) -> None: ...
-
-
-ErrorHandler = Callable[[str, ShardingContext | None, BaseException], None]
+__all__ = ["ErrorHandler", "Host", "JobRuntime", "needs_value"]
 
 
 def _log_error(job: str, ctx: ShardingContext | None, error: BaseException) -> None:
@@ -98,20 +88,6 @@ def needs_value(paths: JobPaths, path: str) -> bool:
     )
 
 
-@dataclass
-class _Fire:
-    """The items of one dispatch, counted down as lanes finish them."""
-
-    items: list[int]
-    claim: execution.Claim
-    source: ExecutionSource
-    session: int
-    context: FireContext | None = None
-    errors: dict[int, BaseException] = field(default_factory=dict)
-    pending: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
 class JobRuntime:
     def __init__(
         self,
@@ -123,6 +99,8 @@ class JobRuntime:
         host: Host,
         *,
         workers: int,
+        lead: Callable[[], float] = lambda: 0.0,
+        on_detach: Callable[[JobRuntime], None] = lambda _rt: None,
         observers: list[Observer] | None = None,
         listeners: list[JobListener] | None = None,
         error_handler: ErrorHandler | None = None,
@@ -133,25 +111,39 @@ class JobRuntime:
         self.instance = instance
         self.ip = ip
         self.host = host
-        self.runner = runner
         self.workers = workers
+        self.lead = lead  # how long before a fire its items are claimed
+        self.on_detach = on_detach
         self.observers = observers or []
         self.listeners = ordered(listeners or [])
-        self.error_handler = error_handler or _log_error
+        self.firing = Firing(
+            self,
+            FirePath(
+                config.job_name,
+                instance,
+                ip,
+                host,
+                runner,
+                self.listeners,
+                error_handler or _log_error,
+                self.emit,
+                lambda fire: self.guarded(lambda: self.firing.complete(fire), "completion"),
+                lambda fire: self.firing.claim_holds(fire),
+                lambda _fire, items: self.firing.skip(items, "registry session lost meanwhile"),
+            ),
+        )
         self.trigger = _trigger(config)
         self.stopped = False
         self._cache: TreeCache | None = None
-        self._changed = threading.Condition()
-        self._events_seen = 0  # cache events so far; lets waiters skip a wakeup already past
-        self._running: set[int] = set()  # items running in this process
-        self._misfired: set[int] = set()  # local record, ahead of the cache
-        self._suspended = False
-        self._session_lost = False
-        self._idle = threading.Event()
-        self._idle.set()
         self._ready = False  # set once start() registered; earlier events describe the start
-        self._clock_offset = 0.0
-        self._clock_checked_at = 0.0
+        self._registered_session = 0
+        self._operator_stop = False
+        self._heal_timer = 0
+        self._heal_soon_armed = False
+        self.reshard_due = False
+        self._written: tuple[dict[int, str], float] | None = None  # last layout, when
+        self._deregistered = False
+        self.suspended = False
 
     @property
     def name(self) -> str:
@@ -162,7 +154,15 @@ class JobRuntime:
         assert self._cache is not None, "runtime not started"
         return self._cache
 
-    def _emit(self, event: Event) -> None:
+    @property
+    def running_items(self) -> list[int]:
+        return self.firing.running_items
+
+    @property
+    def idle(self) -> threading.Event:
+        return self.firing.idle
+
+    def emit(self, event: Event) -> None:
         for observer in self.observers:
             try:
                 observer(event)
@@ -172,7 +172,7 @@ class JobRuntime:
     # -- start and stop -----------------------------------------------------------------
 
     def start(self) -> None:
-        """Register in the 3.x order: config, server, instance, election."""
+        """Register in the 3.x order: config, server, instance, election; then run."""
         paths = self.paths
         self._cache = self.registry.tree_cache(
             paths.root, self._on_node_event, lambda p: not needs_value(paths, p)
@@ -182,16 +182,15 @@ class JobRuntime:
             bind = getattr(listener, "bind", None)
             if bind is not None:  # distributed listeners coordinate through the registry
                 bind(self.registry, paths, self.instance)
-        status = ServerStatus.DISABLED if self.config.disabled else ServerStatus.ENABLED
-        if self.cache.get(paths.server(self.ip)) != status.encode():
-            membership.register_server(self.registry, paths, self.ip, not self.config.disabled)
-        membership.register_instance(self.registry, paths, self.instance, self.ip)
-        self._elect()
+        self._register(first=True)
         self._ready = True
-        self._schedule_reconcile()
-        if self.config.failover:
-            self.host.coordinate(lambda: self._failover_pass(phase=0))
+        self.host.coordinate(self._begin)
         log.info("job %s started on %s", self.name, self.instance)
+
+    def _begin(self) -> None:
+        self._heal(full=True)
+        self.firing.arm()
+        self._arm_heal()
 
     def _setup_config(self) -> None:
         local = self.config
@@ -213,22 +212,51 @@ class JobRuntime:
         )
         problems = [p for p in effective.validate_all() if p.field != "callable"]
         if problems:
-            raise problems[0]
+            log.error(
+                "job %s: the registry's config is invalid (%s); running the local one",
+                self.name,
+                problems[0],
+            )
+            return
+        if differing := drift(effective, local):
+            log.warning("%s", drift_notice(self.name, differing))
         self.config = effective
         self.trigger = _trigger(effective)
 
-    def stop(self, grace: float) -> None:
-        """No new fires; wait up to ``grace`` for running items, then deregister."""
+    def _register(self, first: bool) -> None:
+        """Server and instance nodes; after a new session the server node (persistent,
+        maybe DISABLED by an operator) is written only if it is missing."""
+        session = self.registry.session_id
+        paths, enabled = self.paths, not self.config.disabled
+        status = (ServerStatus.ENABLED if enabled else ServerStatus.DISABLED).encode()
+        stored = self.cache.get(paths.server(self.ip))
+        if stored is None or (first and stored != status):
+            membership.register_server(self.registry, paths, self.ip, enabled)
+        membership.register_instance(self.registry, paths, self.instance, self.ip)
+        self._registered_session = session
+
+    def begin_stop(self, operator: bool = False) -> None:
+        """No new fires, no new claims; deregister once the items running here return."""
+        if self.stopped:
+            return
         self.stopped = True
-        if not self._idle.wait(grace):
-            log.warning(
-                "job %s: items %s still running after %.0fs", self.name, self._running, grace
-            )
+        self._operator_stop = operator
+        self.firing.stop()
+        if not self.firing.busy:
+            self.deregister()
+
+    def deregister(self) -> None:
+        if self._deregistered:
+            return
+        self._deregistered = True
         try:
-            self.registry.delete(self.paths.instance(self.instance))
-            if self._cache is not None and self._is_leader():
-                self._emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
+            if not self._operator_stop:
+                self.registry.delete(self.paths.instance(self.instance))
+            if self._cache is not None and self.is_leader():
+                self.emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
             election.abdicate(self.registry, self.paths)
+            sharding.release_processing(self.registry, self.paths)
+            stopmark.mark_stopped(self.registry, self.name, self.instance)  # not "CRASHED"
         except RegistryError as exc:
             log.warning("job %s: could not deregister cleanly: %s", self.name, exc)
         for listener in self.listeners:
@@ -237,21 +265,38 @@ class JobRuntime:
                 unbind()
         if self._cache is not None:
             self._cache.close()
+        self.idle.set()
+        if self._operator_stop:
+            self.on_detach(self)
 
-    # -- reacting to the registry (coordinator thread) ----------------------------------
+    # -- reacting to the registry -------------------------------------------------------
 
     def _on_node_event(self, event: NodeEvent) -> None:
-        with self._changed:
-            self._events_seen += 1
-            self._changed.notify_all()
-        self.host.coordinate(
-            lambda: self._guarded(lambda: self._handle(event), f"{event.type} {event.path}")
-        )
+        """On the registry's event thread: only events that call for a reaction reach the
+        coordinator. A fire's own claims and completions push several events per item;
+        queueing them would delay the coordinator's next fire for nothing."""
+        if self._reacts_to(event):
+            self.host.coordinate(lambda: self.guarded(lambda: self._handle(event), event.path))
 
-    def _guarded(self, fn: Callable[[], object], what: str) -> None:
-        """Run a reaction on the coordinator; a failure (registry down, an operator's
-        malformed config) is logged, never fatal."""
-        if self.stopped or not self._ready:
+    def _reacts_to(self, event: NodeEvent) -> bool:
+        path, kind = event.path, event.type
+        leaf = path.rsplit("/", 1)[-1]
+        if leaf == "running" and kind is EventType.REMOVED:
+            parsed = self.paths.parse_item(path)  # a misfire waiting for this run to end?
+            return parsed is not None and (
+                self.firing.has_misfire(parsed[0])
+                or self.cache.exists(self.paths.misfire(parsed[0]))
+            )
+        if leaf in _QUIET_LEAVES and path != self.paths.election_instance:
+            return False  # claims, flags, owners: nothing to do
+        if kind is EventType.UPDATED and leaf.isdigit():
+            return False  # an item node's version bump (a claim)
+        return not (leaf == "lease" and kind is EventType.ADDED)
+
+    def guarded(self, fn: Callable[[], object], what: str) -> None:
+        """Run a reaction; a failure (registry down, an operator's malformed config) is
+        logged, never fatal: the heal tick finds whatever it left undone."""
+        if not self._ready or (self.stopped and not self.firing.busy):
             return
         try:
             fn()
@@ -259,55 +304,45 @@ class JobRuntime:
             log.warning("job %s: could not react to %s: %s", self.name, what, exc)
 
     def _handle(self, event: NodeEvent) -> None:
-        paths, path = self.paths, event.path
-        if paths.child_name(paths.instances, path) is not None:
-            self._on_instance_event(event, paths.child_name(paths.instances, path) or "")
-        elif paths.child_name(paths.servers, path) is not None:
-            self._on_server_event(event, paths.child_name(paths.servers, path) or "")
-        elif path == paths.election_instance and event.type is EventType.REMOVED:
-            self._elect()
-        elif path == paths.config and event.type is EventType.REMOVED:
+        paths, path, kind = self.paths, event.path, event.type
+        if path == paths.config and kind is EventType.REMOVED:
             log.warning("job %s: removed from the registry; stopping here", self.name)
-            self.host.detach(self)
-        elif path == paths.config and event.type is EventType.UPDATED:
+            self.begin_stop(operator=True)
+        elif path == paths.config and kind is EventType.UPDATED:
             self._on_config_changed(JobConfig.from_yaml(event.data.decode(), self.name))
-        elif path == paths.trigger(self.instance) and event.type is EventType.ADDED:
+        elif self.stopped:
+            return
+        elif path == paths.instance(self.instance) and kind is EventType.REMOVED:
+            self._heal()  # an operator's shutdown, or the session's end: the sweep tells
+        elif paths.child_name(paths.servers, path) or (
+            paths.child_name(paths.instances, path) and kind is not EventType.UPDATED
+        ):
+            self._on_membership()
+        elif path == paths.election_instance and kind is EventType.REMOVED:
+            self._heal()
+        elif path == paths.trigger(self.instance) and kind is EventType.ADDED:
             self._on_trigger()
-        elif paths.child_name(paths.failover_items, path) and event.type is EventType.ADDED:
-            self._failover_pass(phase=0)
-        else:
+        elif paths.child_name(paths.failover_items, path) and kind is EventType.ADDED:
+            self.firing.failover_pass(phase=0)
+        elif path == paths.sharding_necessary and kind is EventType.REMOVED:
+            self.firing.run_pending()
+        elif path.endswith("/running/lease") and kind is EventType.REMOVED:
+            self._heal_soon()  # a holder's session ended, or a normal completion: look
+        elif path.endswith("/running") and kind is EventType.REMOVED:
             parsed = paths.parse_item(path)
-            if parsed and parsed[1] == "running" and event.type is EventType.REMOVED:
-                self._maybe_rerun_misfire([parsed[0]])
+            if parsed:
+                self.firing.rerun_misfires([parsed[0]])
 
-    def _on_instance_event(self, event: NodeEvent, instance: str) -> None:
-        if event.type is EventType.UPDATED:
+    def _on_membership(self) -> None:
+        enabled = membership.server_enabled(self.cache, self.paths, self.ip)
+        if not enabled and self.is_leader():
+            log.info("job %s: server %s disabled; giving up leadership", self.name, self.ip)
+            election.abdicate(self.registry, self.paths)
+            self.emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
             return
-        if instance == self.instance and event.type is EventType.REMOVED:
-            if not self._session_lost and not self.stopped:
-                log.warning(
-                    "job %s: instance node removed by an operator; stopping here", self.name
-                )
-                self.host.detach(self)
-            return
-        if self._is_leader():
+        if self.is_leader():
             self._flag_resharding()
-            if event.type is EventType.REMOVED and self.config.failover:
-                live = set(membership.live_instances(self.cache, self.paths))
-                self._queue_orphans(live)
-
-    def _on_server_event(self, event: NodeEvent, ip: str) -> None:
-        if ip == self.ip:
-            enabled = membership.server_enabled(self.cache, self.paths, self.ip)
-            if not enabled and self._is_leader():
-                log.info("job %s: server %s disabled; giving up leadership", self.name, ip)
-                election.abdicate(self.registry, self.paths)
-                self._emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
-                return
-            if enabled:
-                self._elect()
-        if self._is_leader():
-            self._flag_resharding()
+        self._heal()
 
     def _on_config_changed(self, new: JobConfig) -> None:
         old = self.config
@@ -319,90 +354,179 @@ class JobRuntime:
         self.config = new
         if (new.cron, new.time_zone) != (old.cron, old.time_zone):
             self.trigger = _trigger(new)
-            self.host.reschedule(self)
-        if new.sharding_total_count != old.sharding_total_count and self._is_leader():
+            self.firing.arm()
+        if new.sharding_total_count != old.sharding_total_count and self.is_leader():
             self._flag_resharding(force=True)
-        if old.failover and not new.failover and self._is_leader():
-            failover.clear_all(self.registry, self.cache, self.paths)
-        if old.monitor_execution and not new.monitor_execution and self._is_leader():
-            # Claims are no longer made, so the ones left would block nothing but mislead.
-            for item in range(old.sharding_total_count):
-                if self.cache.exists(self.paths.running(item)):
-                    self.registry.delete(self.paths.running(item))
+        self._heal()
 
     def _on_trigger(self) -> None:
         self.registry.delete(self.paths.trigger(self.instance))
-        if self._running:
-            log.info("job %s: trigger ignored, items %s still running", self.name, self._running)
+        if self.firing.busy:
+            log.info(
+                "job %s: trigger ignored, items %s still running", self.name, self.running_items
+            )
             return
-        self.host.submit(lambda: self.fire(ExecutionSource.NORMAL_TRIGGER))
+        self.firing.fire(ExecutionSource.NORMAL_TRIGGER)
 
     def on_session(self, state: SessionState) -> None:
         """Registry connection changes, on the coordinator thread."""
-        if state is SessionState.SUSPENDED:
-            self._suspended = True
-        elif state is SessionState.EXPIRED:
-            self._suspended = self._session_lost = True
-            if self._is_leader():  # the ephemeral leader node went with the session
-                self._emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
-        elif state in (SessionState.RECONNECTED, SessionState.CONNECTED) and not self.stopped:
-            lost, self._session_lost = self._session_lost, False
-            try:
-                self._rebuild()
-            except RegistryError as exc:
-                log.error(
-                    "job %s: could not re-register after %s (retrying): %s", self.name, state, exc
-                )
-                self._session_lost = lost
-                self.host.call_later(
-                    1.0, lambda: self.host.coordinate(lambda: self.on_session(state))
-                )
+        if state in (SessionState.SUSPENDED, SessionState.EXPIRED):
+            if state is SessionState.EXPIRED and self.is_leader():
+                self.emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
+            self.suspended = True
+        elif state in (SessionState.RECONNECTED, SessionState.CONNECTED):
+            self.suspended = False
+            self.guarded(lambda: self._heal(full=True), f"session {state}")
+
+    # -- healing --------------------------------------------------------------------------
+
+    def _arm_heal(self) -> None:
+        self._heal_timer += 1
+        token = self._heal_timer
+
+        def tick() -> None:
+            if token != self._heal_timer or (self.stopped and not self.firing.busy):
                 return
-            self._suspended = False
+            self.guarded(self._heal, "heal tick")
+            self._arm_heal()
 
-    def _rebuild(self) -> None:
-        """Put back what this instance owns in the registry, and drop its stale claims."""
-        paths = self.paths
-        if self.registry.get(paths.server(self.ip)) is None:
-            membership.register_server(self.registry, paths, self.ip, not self.config.disabled)
-        membership.register_instance(self.registry, paths, self.instance, self.ip)
-        total = self.config.sharding_total_count
-        for item in sharding.local_items(self.cache, paths, self.instance, total):
-            if (
-                item not in self._running
-                and self.registry.get(paths.running(item)) == self.instance.encode()
-            ):
-                self.registry.delete(paths.running(item))
+        self.host.call_later(HEAL_SECONDS, tick)
+
+    def _heal_soon(self) -> None:
+        """Heal once the burst of events of one transaction has reached the cache."""
+        if self._heal_soon_armed:
+            return
+        self._heal_soon_armed = True
+
+        def run() -> None:
+            self._heal_soon_armed = False
+            self.guarded(self._heal, "heal")
+
+        self.host.call_later(HEAL_SOON_SECONDS, run)
+
+    def reconcile(self) -> bool:
+        """Run the sweep now; True if it found something to repair."""
+        return self._heal()
+
+    def _heal(self, full: bool = False) -> bool:
+        """Repair this instance's own state, then, as leader, the job's. ``full`` also
+        looks for this instance's own stale claims (after a start or a new session)."""
+        if self.suspended or not self.registry.connected:
+            return False
+        self.firing.resolve()
+        if self.stopped:
+            return False
+        if self.registry.session_id != self._registered_session:
+            full = True
+            log.info("job %s: new registry session; registering again", self.name)
+            self._register(first=False)
+        elif self._removed_by_operator():
+            log.warning("job %s: instance removed by an operator; stopping here", self.name)
+            self.begin_stop(operator=True)
+            return True
         self._elect()
-        log.info("job %s: re-registered %s", self.name, self.instance)
+        live = set(membership.live_instances(self.cache, self.paths)) | {self.instance}
+        cfg = self.config
+        found = healing.sweep(self.cache, self.paths, cfg.sharding_total_count, live, cfg.failover)
+        leader = self.is_leader()
+        for item in found.suspect_claims if leader or full else ():
+            self._repair_claim(item, live, leader)
+        if leader:
+            self._repair_job(found)
+        self.firing.rerun_misfires(
+            sharding.local_items(self.cache, self.paths, self.instance, cfg.sharding_total_count)
+        )
+        self.firing.failover_pass(phase=0)
+        self.firing.run_pending()
+        return bool(found)
 
-    # -- leadership ---------------------------------------------------------------------
+    def _removed_by_operator(self) -> bool:
+        """Our instance node is gone although our session lives: only a delete does that."""
+        path = self.paths.instance(self.instance)
+        return not self.cache.exists(path) and self.registry.get(path) is None
 
-    def _is_leader(self) -> bool:
+    def _repair_claim(self, item: int, live: set[str], leader: bool) -> None:
+        """A ``running`` without lease: stale if its holder is gone, or is this instance
+        but not running it here (left by an earlier process with the same id)."""
+        paths = self.paths
+        if self.firing.reserved(item) or self.registry.stat(paths.lease(item)) is not None:
+            return
+        value = self.registry.get(paths.running(item))
+        holder = None if value is None else value.decode()
+        if holder is None:
+            return
+        mine = holder == self.instance
+        if not (mine or (leader and holder not in live)):
+            return
+        if self.config.failover:
+            log.warning("job %s: item %d lost its holder %s; failing over", self.name, item, holder)
+            self._ensure(paths.failover_items)
+            ops = failover.queue_ops(self.cache, paths, item)
+        else:
+            log.warning("job %s: item %d lost its holder %s; misfired", self.name, item, holder)
+            self.firing.misfired(item)
+            ops = failover.stale_ops(self.cache, paths, item)
+            if self.config.misfire and not self.cache.exists(paths.misfire(item)):
+                ops.append(Create(paths.misfire(item)))
+        self._try(ops, f"repair of item {item}")
+
+    def _repair_job(self, found: healing.Findings) -> None:
+        paths = self.paths
+        for item in found.failover_leftovers:
+            if self.registry.stat(paths.running(item)) is None:
+                ops: list[Op] = [Delete(p) for p in (paths.failover(item), paths.failovering(item))]
+                for op in ops:
+                    self._try([op], f"clean-up of {op.path}")
+        for item in found.dead_queue_entries:
+            self._try([Delete(paths.failover_item(item))], f"queue entry {item}")
+        for item in found.items_beyond_count:
+            self.registry.delete(paths.item(item), recursive=True)
+        if found.owners_gone and (self.reshard_due or sharding.is_necessary(self.cache, paths)):
+            found.owners_gone = []  # flagged already: the next fire reshards
+        if found.owners_gone:
+            # Confirm with the registry: a cache a few events behind must not reshard.
+            live = set(self.registry.children(paths.instances))
+            found.owners_gone = [o for o in found.owners_gone if o not in live]
+        if found.owners_gone:
+            log.warning(
+                "job %s: items of gone instances %s; resharding", self.name, found.owners_gone
+            )
+            self._flag_resharding(force=True)
+        if found.processing and self.registry.stat(paths.sharding_processing) is not None:
+            # Only the leader reshards, and it does so within one step of this thread: a
+            # `processing` node seen here was left by a fault (ours or a former leader's).
+            log.warning("job %s: clearing a resharding left half-done", self.name)
+            self.registry.delete(paths.sharding_processing)
+
+    def _try(self, ops: list[Op], what: str) -> bool:
+        try:
+            self.registry.transaction(ops)
+        except TransactionError as exc:
+            log.info("job %s: %s raced a concurrent change (%s)", self.name, what, exc)
+            return False
+        return True
+
+    def _ensure(self, path: str) -> None:
+        if not self.cache.exists(path):
+            with contextlib.suppress(NodeExistsError):
+                self.registry.create(path)
+
+    # -- leadership and resharding ------------------------------------------------------
+
+    def is_leader(self) -> bool:
         return election.leader(self.cache, self.paths) == self.instance
 
     def _elect(self) -> None:
-        if self.stopped or self._session_lost:
+        if self.stopped or self.suspended:
             return
         if not membership.server_enabled(self.cache, self.paths, self.ip):
             return
-        current = election.leader(self.cache, self.paths)
-        if current is not None and current != self.instance:
+        if election.leader(self.cache, self.paths) is not None:
             return
         if election.try_elect(self.registry, self.paths, self.instance):
             log.info("job %s: %s is the leader", self.name, self.instance)
-            self._emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=True))
+            self.emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=True))
             self._flag_resharding(force=True)
-            if self.config.failover:
-                live = set(membership.live_instances(self.cache, self.paths)) | {self.instance}
-                self._queue_orphans(live)
-
-    def _queue_orphans(self, live: set[str]) -> None:
-        with self._changed:
-            running_here = set(self._running)
-        failover.queue_orphans(
-            self.registry, self.cache, self.paths, live, self.instance, running_here
-        )
 
     def _flag_resharding(self, force: bool = False) -> None:
         if not self.cache.exists(self.paths.config):
@@ -413,462 +537,35 @@ class JobRuntime:
             and sharding.has_sharding(self.cache, self.paths)
         ):
             return
+        self.reshard_due = True  # ahead of the cache, which shows the flag a moment later
         if not sharding.is_necessary(self.cache, self.paths):
             sharding.set_flag(self.registry, self.paths)
 
-    # -- one fire (worker thread) -------------------------------------------------------
-
-    def fire(
-        self,
-        source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER,
-        only: list[int] | None = None,
-        start_at: float | None = None,
-    ) -> None:
-        """Run this instance's items now, or at ``start_at`` (epoch seconds) once claimed."""
-        if self.stopped or self._suspended:
-            log.debug("job %s: fire skipped (stopped or registry unavailable)", self.name)
+    def reshard(self) -> None:
+        available = membership.available_instances(self.cache, self.paths)
+        if not available or sharding.is_processing(self.cache, self.paths):
             return
-        try:
-            if not self._clock_ok():
-                return
-            if not self._await_sharding():
-                return
-            free, busy = self._reserve(self._fire_items(only))
-            if busy:
-                self._skip(busy, "still running from an earlier fire")
-            if free:
-                self._claim_and_run(free, source, start_at)
-        except ShardcronError as exc:  # registry faults, a broken custom strategy
-            if self.stopped:
-                log.debug("job %s: fire cut short by stop: %s", self.name, exc)
-            else:
-                self._report(None, exc)
-
-    def _clock_ok(self) -> bool:
-        """The time-diff check: compare with the registry's clock, measured once a minute."""
-        limit = self.config.max_time_diff_seconds
-        if limit < 0:
-            return True
-        now = time.time()
-        if now - self._clock_checked_at > CLOCK_REFRESH_SECONDS:
-            self._clock_offset = self.registry.server_time(self.paths.system_time) - time.time()
-            self._clock_checked_at = now
-        if abs(self._clock_offset) <= limit:
-            return True
-        error = ClockSkewError(
-            f"job {self.name!r}: local clock differs from the registry's by "
-            f"{self._clock_offset:+.1f}s, more than maxTimeDiffSeconds={limit}; sync this host's "
-            "clock (NTP) or raise maxTimeDiffSeconds"
-        )
-        return self._report(None, error)  # a THROW handler aborts this fire, as in ElasticJob
-
-    def reconcile(self) -> bool:
-        """Leader: flag resharding if an item is assigned to an instance that is gone."""
-        cache, paths, cfg = self.cache, self.paths, self.config
-        if self.stopped or not self._is_leader() or sharding.is_necessary(cache, paths):
-            return False
-        if cfg.static_sharding and sharding.has_sharding(cache, paths):
-            return False
-        live = set(membership.live_instances(cache, paths))
-        owners = {sharding.owner(cache, paths, i) for i in range(cfg.sharding_total_count)}
-        gone = sorted(o for o in owners if o is not None and o not in live)
-        if not gone:
-            return False
-        log.warning("job %s: items assigned to gone instances %s; resharding", self.name, gone)
-        sharding.set_flag(self.registry, paths)
-        return True
-
-    def _schedule_reconcile(self) -> None:
-        minutes = self.config.reconcile_interval_minutes
-        if minutes < 1 or self.stopped:
-            return
-
-        def tick() -> None:
-            self._guarded(self.reconcile, "reconcile")
-            self._schedule_reconcile()
-
-        self.host.call_later(minutes * 60, lambda: self.host.coordinate(tick))
-
-    def _await_sharding(self) -> bool:
-        cache, paths = self.cache, self.paths
-        deadline = time.monotonic() + SHARDING_WAIT_SECONDS
-        resharded = False
-        while True:
-            with self._changed:
-                seen = self._events_seen
-            if not sharding.is_necessary(cache, paths):
-                return True
-            available = membership.available_instances(cache, paths)
-            if not available:
-                return True
-            if not resharded and self._is_leader() and not sharding.is_processing(cache, paths):
-                strategy = resolve_strategy(self.config.job_sharding_strategy_type)
-                total = self.config.sharding_total_count
-                plan = sharding.reshard(self.registry, cache, paths, total, available, strategy)
-                resharded = plan is not None  # done: wait for the cache to show the result
-                if plan is not None:
-                    self._emit(
-                        Resharded(job_name=self.name, instance=self.instance, assignment=plan)
-                    )
-            left = deadline - time.monotonic()
-            if left <= 0:
-                log.warning(
-                    "job %s: resharding did not finish in %.0fs; fire skipped",
-                    self.name,
-                    SHARDING_WAIT_SECONDS,
-                )
-                return False
-            with self._changed:
-                if self._events_seen == seen:
-                    self._changed.wait(min(left, 0.5))
-
-    def _fire_items(self, only: list[int] | None) -> list[int]:
-        cache, paths, cfg = self.cache, self.paths, self.config
-        if not membership.server_enabled(cache, paths, self.ip):
-            return []
-        if not cache.exists(paths.instance(self.instance)):
-            return []
-        items = sharding.local_items(cache, paths, self.instance, cfg.sharding_total_count)
-        if only is not None:
-            items = [i for i in items if i in only]
-        items = [i for i in items if not cache.exists(paths.disabled(i))]
-        if cfg.failover:
-            taken = failover.items_failed_over_elsewhere(cache, paths, items)
-            taken |= set(failover.queued(cache, paths))
-            items = [i for i in items if i not in taken]
-        return items
-
-    def _reserve(self, items: list[int]) -> tuple[list[int], list[int]]:
-        """Mark items as running here *before* claiming them, so that no registry scan can
-        mistake a claim in flight for a stale one; returns (reserved, already running)."""
-        with self._changed:
-            busy = [i for i in items if i in self._running]
-            free = [i for i in items if i not in self._running]
-            self._running.update(free)
-            if free:
-                self._idle.clear()
-        return free, busy
-
-    def _release(self, items: list[int]) -> None:
-        with self._changed:
-            self._running.difference_update(items)
-            if not self._running:
-                self._idle.set()
-
-    def _claim_and_run(
-        self, items: list[int], source: ExecutionSource, start_at: float | None = None
-    ) -> None:
-        cfg = self.config
-        session = self.registry.session_id
-        claim = execution.Claim(items=[] if cfg.monitor_execution else list(items))
-        try:
-            if cfg.monitor_execution:
-                claim = execution.claim(
-                    self.registry,
-                    self.cache,
-                    self.paths,
-                    items,
-                    self.instance,
-                    persistent=cfg.failover,
-                )
-        finally:  # on failure nothing was claimed: free everything
-            self._release([i for i in items if i not in claim.items])
-        if claim.contended:
-            self._skip(claim.contended, "still running on another instance")
-        if claim.items:
-            fire = _Fire(claim.items, claim, source, session)
-            wait = 0.0 if start_at is None else start_at - time.time()
-            if wait > 0:  # claimed ahead of time: start the items on schedule
-                self.host.call_later(wait, lambda: self.host.submit(lambda: self._dispatch(fire)))
-            else:
-                self._dispatch(fire)
-
-    def _skip(self, items: list[int], reason: str) -> None:
-        log.info("job %s: items %s skipped: %s", self.name, items, reason)
-        self._emit(
-            ItemsSkipped(
-                job_name=self.name,
-                instance=self.instance,
-                items=tuple(items),
-                reason=reason,
-                misfire=self.config.misfire,
+        if self._written is not None:
+            layout, at = self._written
+            total = self.config.sharding_total_count
+            shown = all(
+                sharding.owner(self.cache, self.paths, i) == owner
+                for i, owner in layout.items()
+                if i < total  # items beyond a lowered count are deleted, not shown
             )
-        )
-        if self.config.misfire:
-            self._misfired.update(items)
-            if self.config.monitor_execution:
-                execution.mark_misfire(self.registry, self.cache, self.paths, items)
-
-    def _dispatch(self, fire: _Fire) -> None:
-        cfg = self.config
-        params = cfg.sharding_parameters()
-        tid = task_id(self.name, fire.items, self.ip, self.instance.split(INSTANCE_DELIMITER)[-1])
-        contexts: deque[ShardingContext] = deque(
-            ShardingContext(
-                job_name=self.name,
-                task_id=tid,
-                sharding_total_count=cfg.sharding_total_count,
-                job_parameter=cfg.job_parameter,
-                sharding_item=item,
-                sharding_parameter=params.get(item),
-                fencing_token=fire.claim.token,
-                source=fire.source,
-                _claim_check=self._claim_check(item, fire.claim.token),
-                _keep_going=self._keep_going,
-            )
-            for item in fire.items
-        )
-        fire.context = FireContext(
-            job_name=self.name,
-            task_id=tid,
-            instance=self.instance,
-            sharding_total_count=cfg.sharding_total_count,
-            job_parameter=cfg.job_parameter,
-            items={item: params.get(item) for item in fire.items},
-            source=fire.source,
-        )
-        self._fire_status(fire, FireState.TASK_STAGING)
-        for listener in self.listeners:
-            self._call_listener(listener.before_job_executed, fire.context)
-        self._fire_status(fire, FireState.TASK_RUNNING)
-        lanes = min(len(contexts), self.workers)
-        fire.pending = lanes
-
-        def lane() -> None:
-            while True:
-                try:
-                    ctx = contexts.popleft()
-                except IndexError:
-                    break
-                error = self._run_item(ctx)
-                if error is not None:
-                    with fire.lock:
-                        fire.errors[ctx.sharding_item] = error
-            with fire.lock:
-                fire.pending -= 1
-                last = fire.pending == 0
-            if last:
-                self._finish(fire)
-
-        for _ in range(lanes - 1):
-            self.host.submit(lane)
-        lane()
-
-    def _keep_going(self) -> bool:
-        return not self.stopped and not sharding.is_necessary(self.cache, self.paths)
-
-    def _claim_check(self, item: int, token: int) -> Callable[[], bool]:
-        if not self.config.monitor_execution:
-            return lambda: not self.stopped
-        return lambda: execution.is_current(self.registry, self.paths, item, token)
-
-    def _fire_status(self, fire: _Fire, state: FireState, message: str = "") -> None:
-        assert fire.context is not None
-        self._emit(
-            FireStatus(
-                job_name=self.name,
-                instance=self.instance,
-                task_id=fire.context.task_id,
-                items=tuple(fire.items),
-                source=fire.source,
-                state=state,
-                message=message,
-            )
-        )
-
-    def _report(self, ctx: ShardingContext | None, error: BaseException) -> bool:
-        """Hand ``error`` to the job's error handler; False if the handler raised (THROW).
-
-        Nothing a handler does may leave the runtime half-way: it is always caught here.
-        """
-        try:
-            self.error_handler(self.name, ctx, error)
-        except Exception as raised:  # handlers are user code
-            if raised is not error:
-                log.exception("job %s: the error handler itself failed", self.name)
-            return False
-        return True
-
-    def _call_listener(self, hook: Callable[[FireContext], None], context: FireContext) -> None:
-        try:
-            hook(context)
-        except Exception as exc:  # noqa: BLE001 - a listener's failure must not stop the fire
-            self._report(None, exc)
-
-    def _run_item(self, ctx: ShardingContext) -> BaseException | None:
-        self._emit(ItemStarted(job_name=self.name, instance=self.instance, context=ctx, ip=self.ip))
-        started = time.time()
-        error: BaseException | None = None
-        try:
-            self.runner(ctx)
-        except Exception as exc:  # noqa: BLE001 - a user's failure fails its item only
-            error = exc
-            self._report(ctx, exc)
-        self._emit(
-            ItemFinished(
-                job_name=self.name,
-                instance=self.instance,
-                context=ctx,
-                ip=self.ip,
-                started_at=started,
-                error=error,
-            )
-        )
-        return error
-
-    def _finish(self, fire: _Fire) -> None:
-        paths = self.paths
-        try:
-            extra: list[Op] = []
-            if fire.source is ExecutionSource.FAILOVER:
-                for item in fire.items:
-                    extra.extend(failover.complete_ops(self.cache, paths, item))
-            if self.config.monitor_execution:
-                mine = fire.claim.items
-                if self.registry.session_id != fire.session:
-                    # Our session expired mid-run: the items may belong to someone else now.
-                    mine = [
-                        i
-                        for i in mine
-                        if execution.is_current(self.registry, paths, i, fire.claim.token)
-                    ]
-                    extra = extra if mine else []
-                execution.complete(self.registry, paths, mine, extra)
-        except RegistryError as exc:
-            self._report(None, exc)
-        finally:
-            self._release(fire.items)
-        if fire.context is not None:
-            for listener in self.listeners:
-                self._call_listener(listener.after_job_executed, fire.context)
-            if fire.errors:
-                failed = "; ".join(f"item {i}: {e}" for i, e in sorted(fire.errors.items()))
-                self._fire_status(fire, FireState.TASK_ERROR, failed)
-            else:
-                self._fire_status(fire, FireState.TASK_FINISHED)
-        if fire.source is not ExecutionSource.FAILOVER:
-            self._maybe_rerun_misfire(fire.items)
-        if self.config.failover and failover.queued(self.cache, paths):
-            self.host.coordinate(lambda: self._failover_pass(phase=1))
-
-    # -- misfire --------------------------------------------------------------------------
-
-    def _maybe_rerun_misfire(self, items: list[int]) -> None:
-        if not self.config.misfire or self.stopped:
-            return
-        cache, paths = self.cache, self.paths
-        flagged = set(execution.misfired(cache, paths, items)) | (self._misfired & set(items))
-        if not flagged or sharding.is_necessary(cache, paths):
-            return
-        mine = set(
-            sharding.local_items(cache, paths, self.instance, self.config.sharding_total_count)
-        )
-        with self._changed:  # called from two threads: only one may take an item
-            ready = sorted(
-                i
-                for i in flagged & mine
-                if i not in self._running and not cache.exists(paths.running(i))
-            )
-            self._misfired.difference_update(ready)
-        if not ready:
-            return
-
-        def rerun() -> None:
-            try:
-                taken = self._take_misfire_flags(ready)
-            except RegistryError as exc:
-                self._report(None, exc)
-                return
-            if taken:
-                log.info("job %s: running misfired items %s", self.name, taken)
-                self.fire(ExecutionSource.MISFIRE, only=taken)
-
-        self.host.submit(rerun)
-
-    def _take_misfire_flags(self, items: list[int]) -> list[int]:
-        """Delete the items' misfire flags; only items whose flag *we* deleted re-run, so
-        two paths noticing the same misfire cannot both run it."""
-        if not self.config.monitor_execution:
-            return items  # flags live only in this process
-        taken = []
-        for item in items:
-            try:
-                self.registry.transaction([Delete(self.paths.misfire(item))])
-                taken.append(item)
-            except TransactionError:
-                log.debug("job %s: misfire of item %d already handled", self.name, item)
-        return taken
-
-    # -- failover (coordinator thread) -----------------------------------------------------
-
-    def _failover_pass(self, phase: int) -> None:
-        """Claim queued failover items: own share first, then, after a grace, the rest."""
-        cache, paths, cfg = self.cache, self.paths, self.config
-        if not cfg.failover or self.stopped or self._suspended:
-            return
-        if not membership.server_enabled(cache, paths, self.ip):
-            return
-        queue = failover.queued(cache, paths)
-        if not queue:
-            return
-        available = membership.available_instances(cache, paths)
-        mine = failover.share(queue, available, self.instance)
-        idle = not self._running
-        if phase == 0:
-            # Leave this instance's share to idle ones only if there are any to take it.
-            todo = mine if idle or not self._anyone_idle(available) else []
-        elif phase == 1:
-            todo = queue if idle else mine
-        else:
-            todo = queue
-        for item in todo:
-            if item in failover.queued(cache, paths):
-                self._claim_failover(item)
-        if phase < 2 and failover.queued(cache, paths):
-            self.host.call_later(
-                FAILOVER_GRACE_SECONDS,
-                lambda: self.host.coordinate(lambda: self._failover_pass(phase + 1)),
-            )
-
-    def _anyone_idle(self, instances: list[str]) -> bool:
-        """Whether some instance runs none of its items (as far as the cache shows)."""
-        cache, paths, total = self.cache, self.paths, self.config.sharding_total_count
-        busy = {
-            sharding.owner(cache, paths, i) for i in range(total) if cache.exists(paths.running(i))
-        }
-        return any(instance not in busy for instance in instances if instance != self.instance)
-
-    def _claim_failover(self, item: int) -> None:
-        reserved, _ = self._reserve([item])
-        if not reserved:
-            return  # running here already; its completion re-checks the queue
-        extra = failover.claim_ops(self.paths, item, self.instance)
-        try:
-            claim = execution.claim(
-                self.registry,
-                self.cache,
-                self.paths,
-                [item],
-                self.instance,
-                persistent=True,
-                extra=extra,
-                trust_cache=False,
-            )
-        except TransactionError:
-            self._release([item])
-            return  # another instance took it first
-        except RegistryError:
-            self._release([item])
-            raise
-        if not claim.items:
-            self._release([item])
-            # Running again already (its owner claimed it): the queue entry is satisfied.
-            self.registry.delete(self.paths.failover_item(item))
-            return
-        log.warning("job %s: took over item %d from a lost instance", self.name, item)
-        self._emit(FailoverClaimed(job_name=self.name, instance=self.instance, item=item))
-        fire = _Fire([item], claim, ExecutionSource.FAILOVER, self.registry.session_id)
-        self.host.submit(lambda: self._dispatch(fire))
+            if not shown and self.host.now() - at < LAYOUT_WAIT_SECONDS:
+                return  # plan only from a cache that shows our last layout
+            self._written = None
+        strategy = resolve_strategy(self.config.job_sharding_strategy_type)
+        total = self.config.sharding_total_count
+        if not sharding.is_necessary(self.cache, self.paths):
+            sharding.set_flag(self.registry, self.paths)  # the commit deletes it: it must exist
+        plan = sharding.reshard(self.registry, self.cache, self.paths, total, available, strategy)
+        if plan is not None:
+            self.reshard_due = False
+            layout = {i: owner for owner, items in plan.items() for i in items}
+            self._written = (layout, self.host.now())
+            self.emit(Resharded(job_name=self.name, instance=self.instance, assignment=plan))
 
 
 def _trigger(config: JobConfig) -> CronTrigger | None:

@@ -25,11 +25,11 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from shardcron import plugins
 from shardcron.config import JobConfig, RegistryConfig, parse_registry_url
 from shardcron.dump import DumpServer
 from shardcron.errorhandlers import make_error_handler
@@ -43,20 +43,24 @@ from shardcron.paths import instance_ip
 from shardcron.registry import Registry, SessionState
 from shardcron.registry.cache import EventThread
 from shardcron.runtime import ErrorHandler, JobRuntime
+from shardcron.strategies import Strategy
 from shardcron.tracing import open_tracer
+from shardcron.workercard import WorkerCard
 
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
-# A fire found this late is not run: it was missed (a stall, a clock jump), not late.
-MAX_LATENESS_SECONDS = 1.0
-# Fires are prepared (items claimed in the registry) ahead of their time, so the claim's
-# round trip does not make items start late; items still start on the second. The lead
-# grows with the jobs of the process, whose claims share one registry connection.
-CLAIM_LEAD_SECONDS = 0.02
+CLAIM_LEAD_SECONDS = 0.04
 CLAIM_LEAD_PER_JOB_SECONDS = 0.001
 MAX_CLAIM_LEAD_SECONDS = 0.25
+# Loud on purpose: a second process on its own embedded registry runs every item again.
+EMBEDDED_WARNING = (
+    "EMBEDDED REGISTRY: jobs are coordinated inside this process only; other processes do not "
+    "share its work and would run every item again. For several workers use a ZooKeeper: "
+    "--registry zk://HOST:PORT/NAMESPACE or SHARDCRON_REGISTRY (shardcron zookeeper starts one)"
+)
 
 
 def open_registry(target: Registry | RegistryConfig | str | None) -> Registry:
@@ -70,6 +74,7 @@ def open_registry(target: Registry | RegistryConfig | str | None) -> Registry:
         if config.is_memory:
             from shardcron.registry.memory import MemoryRegistry
 
+            log.warning(EMBEDDED_WARNING)
             return MemoryRegistry(namespace=config.namespace)
         from shardcron.registry.zookeeper import ZooKeeperRegistry
 
@@ -96,10 +101,18 @@ class Scheduler:
         tracing: str | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        strategies: Mapping[str, Strategy] | None = None,
+        listener_types: Mapping[str, Callable[[], JobListener]] | None = None,
+        error_handlers: Mapping[str, ErrorHandler] | None = None,
     ) -> None:
         """``tracing`` is a SQLAlchemy URL for execution traces; ``metrics_port`` serves
         Prometheus metrics; ``dump_port`` serves ``dump@{job}``. All stay local to this
-        process: nothing about them is written to the registry."""
+        process: nothing about them is written to the registry. ``strategies``,
+        ``listener_types`` and ``error_handlers`` register the names jobs may use for
+        them (see :mod:`shardcron.plugins`): registry values never name other code."""
+        plugins.register_all(plugins.Kind.STRATEGY, strategies)
+        plugins.register_all(plugins.Kind.LISTENER, listener_types)
+        plugins.register_all(plugins.Kind.ERROR_HANDLER, error_handlers)
         self.registry = open_registry(registry)
         self.instance_id = instance_id or default_instance_id()
         self.ip = instance_ip(self.instance_id) if instance_id else local_ip()
@@ -108,6 +121,8 @@ class Scheduler:
         self.metrics = Metrics(self.registry, self.tracer) if metrics_port is not None else None
         self._metrics_address = (metrics_host, metrics_port or 0)
         self.observers += [o for o in (self.tracer, self.metrics) if o is not None]
+        self.card = WorkerCard(self.registry, self.instance_id, max_workers)  # the worker page
+        self.observers.append(self.card)
         self._error_handler = error_handler
         self._jobs: dict[str, tuple[JobConfig, object | None, list[JobListener]]] = {}
         self.runtimes: dict[str, JobRuntime] = {}
@@ -120,7 +135,6 @@ class Scheduler:
         self._timer = threading.Condition()
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
-        self._generation: dict[str, int] = {}
         self._started = False
         self._stopping = threading.Event()
         self._dump_port = dump_port
@@ -138,6 +152,7 @@ class Scheduler:
 
         ``listeners`` run before and after each fire, with those ``jobListenerTypes`` names.
         """
+        plugins.declare(config, with_callable=target is None)  # the local declaration's code
         if target is None:
             config.validate()
         else:
@@ -163,9 +178,10 @@ class Scheduler:
             raise ConfigError(
                 unknown[0], f"not a job setting; use one of {', '.join(sorted(known))}"
             )
+        if "sharding_total_count" not in settings:  # required, as in a config file and Java
+            raise ConfigError("shardingTotalCount", "required: pass e.g. sharding_total_count=3")
 
         def register(fn: F) -> F:
-            settings.setdefault("sharding_total_count", 1)
             config = JobConfig(job_name=name or fn.__name__, cron=cron, **settings)
             self.add_job(config, fn)
             return fn
@@ -180,6 +196,7 @@ class Scheduler:
         A job that cannot start is logged and listed in :attr:`failed`; the others run.
         """
         self._connect(connect_timeout)
+        self.card.start()
         if self._dump_port is not None:
             self._dump = DumpServer(self.registry, self._dump_port).start()
         if self.metrics is not None:
@@ -225,31 +242,65 @@ class Scheduler:
                 self.ip,
                 self,
                 workers=workers_for(config),
+                lead=self._claim_lead,
+                on_detach=self._detached,
                 observers=self.observers,
                 listeners=listeners,
                 error_handler=error_handler,
             )
+            self.runtimes[config.job_name] = runtime  # sees session events from now on
             runtime.start()
         except ShardcronError as exc:
+            self.runtimes.pop(config.job_name, None)
             log.error("%s", exc)
             self.failed[config.job_name] = exc
-            return
-        self.runtimes[config.job_name] = runtime
-        self.reschedule(runtime)
 
-    def stop(self, grace: float = 30.0) -> None:
-        """Stop firing, let running items finish (up to ``grace`` seconds), deregister."""
+    def stop(self, grace: float = 30.0) -> dict[str, list[int]]:
+        """Stop firing, let running items finish (up to ``grace`` seconds), deregister.
+
+        Returns the items still running after ``grace``, by job. Their claims and this
+        process's registry session are kept until they return (then the jobs deregister
+        and the session closes): a claim is never released while its code may still run,
+        so no other instance starts the same item meanwhile.
+        """
         self._stopping.set()
         with self._timer:
             self._heap.clear()
             self._timer.notify_all()
+        runtimes = list(self.runtimes.values())
+        stopping = threading.Event()
+        for runtime in runtimes:
+            self.coordinate(runtime.begin_stop)
+        self.coordinate(stopping.set)  # idle means something only once no fire can start
         deadline = time.monotonic() + grace
-        for runtime in list(self.runtimes.values()):
-            runtime.stopped = True
-        for runtime in list(self.runtimes.values()):
-            runtime.stop(max(0.0, deadline - time.monotonic()))
+        stopping.wait(grace)
+        for runtime in runtimes:
+            runtime.idle.wait(max(0.0, deadline - time.monotonic()))
+        still = {rt.name: rt.running_items for rt in runtimes if not rt.idle.is_set()}
+        if still:
+            log.warning(
+                "items still running after %.0fs: %s; their claims stay until they return",
+                grace,
+                "; ".join(f"{job} {items}" for job, items in sorted(still.items())),
+            )
+            threading.Thread(
+                target=self._close_when_idle, args=(runtimes,), name="shardcron-stop", daemon=True
+            ).start()
+        else:
+            self._close()
+        return still
+
+    def _close_when_idle(self, runtimes: list[JobRuntime]) -> None:
+        for runtime in runtimes:
+            runtime.idle.wait()
+        self._close()
+
+    def _close(self) -> None:
         self.runtimes.clear()
         if self._coordinator is not None:
+            done = threading.Event()
+            self._coordinator.submit(done.set)  # let queued deregistrations finish first
+            done.wait(5)
             self._coordinator.stop()
         if self._dump is not None:
             self._dump.stop()
@@ -257,12 +308,17 @@ class Scheduler:
             self.metrics.stop()
         if self.tracer is not None:
             self.tracer.close(timeout=5)
+        self.card.stop()
         self.registry.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._loop.stop()
 
     def run_forever(self, grace: float = 30.0) -> None:
-        """Start, then run until SIGINT or SIGTERM, then stop gracefully."""
+        """Start, then run until SIGINT or SIGTERM, then stop gracefully.
+
+        Items still running after ``grace`` end with the process, before their claims are
+        released (exit status 3): their jobs fail them over once the session times out.
+        """
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
@@ -270,69 +326,63 @@ class Scheduler:
             self.start()
         stop.wait()
         log.info("stopping: waiting up to %.0fs for running items", grace)
-        self.stop(grace)
+        if self.stop(grace):
+            log.error("exiting with items still running; they fail over when the session ends")
+            logging.shutdown()
+            os._exit(3)
 
     def trigger(self, job: str) -> None:
         """Run ``job``'s items on this instance now, outside its schedule."""
         runtime = self.runtimes[job]
-        self.submit(lambda: runtime.fire(ExecutionSource.NORMAL_TRIGGER))
+        self.coordinate(lambda: runtime.firing.fire(ExecutionSource.NORMAL_TRIGGER))
 
     # -- Host, for the runtimes -----------------------------------------------------------
 
-    def submit(self, fn: Callable[[], None]) -> None:
-        if not self._stopping.is_set():
-            self._pool.submit(_logged, fn)
+    def now(self) -> float:
+        return time.time()
+
+    @property
+    def chains_items(self) -> bool:
+        return True
+
+    def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
+        def run() -> None:
+            result = work()
+            self.coordinate(lambda: then(result))
+
+        self._pool.submit(_logged, run)
 
     def coordinate(self, fn: Callable[[], None]) -> None:
         if self._coordinator is not None:
             self._coordinator.submit(fn)
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
-        self._push(time.time() + delay, fn)
+        self._push(time.time() + delay, lambda: self.coordinate(fn))
 
-    def reschedule(self, runtime: JobRuntime) -> None:
-        name = runtime.name
-        generation = self._generation.get(name, 0) + 1
-        self._generation[name] = generation
-        self._schedule_next(runtime, generation, time.time())
+    def _claim_lead(self) -> float:
+        """Fires are prepared (items claimed) ahead of their time, so the claim's round
+        trip does not make items start late; the lead grows with the process's jobs, whose
+        claims share one registry connection."""
+        per_job = CLAIM_LEAD_PER_JOB_SECONDS * len(self.runtimes)
+        return min(MAX_CLAIM_LEAD_SECONDS, CLAIM_LEAD_SECONDS + per_job)
 
-    def detach(self, runtime: JobRuntime) -> None:
-        """The job was shut down on this instance from outside (an operator)."""
-        runtime.stopped = True
-        self._generation[runtime.name] = self._generation.get(runtime.name, 0) + 1
-        self.runtimes.pop(runtime.name, None)
-        self.submit(lambda: runtime.stop(30.0))
+    def _detached(self, runtime: JobRuntime) -> None:
+        """An operator shut the job down here, or removed it: it may be added again."""
+        if self.runtimes.get(runtime.name) is runtime:
+            del self.runtimes[runtime.name]
+            self._jobs.pop(runtime.name, None)
+        if not self.runtimes and not self._stopping.is_set():
+            log.warning("every job of this worker was shut down; it stays idle until restarted")
 
     # -- internals ------------------------------------------------------------------------
 
     def _on_session(self, state: SessionState) -> None:
+        if self._stopping.is_set():
+            return  # our own stop closes the session: nothing was lost
         quiet = state in (SessionState.CONNECTED, SessionState.LOST)
         log.log(logging.INFO if quiet else logging.WARNING, "registry session %s", state)
         for runtime in list(self.runtimes.values()):
             self.coordinate(lambda rt=runtime: rt.on_session(state))  # type: ignore[misc]
-
-    def _schedule_next(self, runtime: JobRuntime, generation: int, after: float) -> None:
-        if runtime.trigger is None:
-            return  # a one-off job: it runs only when triggered
-        moment = runtime.trigger.next_fire(datetime.fromtimestamp(after, UTC))
-        if moment is None:
-            return
-        when = moment.timestamp()
-        lead = min(
-            MAX_CLAIM_LEAD_SECONDS,
-            CLAIM_LEAD_SECONDS + CLAIM_LEAD_PER_JOB_SECONDS * len(self.runtimes),
-        )
-        self._push(when - lead, lambda: self._fire_due(runtime, generation, when))
-
-    def _fire_due(self, runtime: JobRuntime, generation: int, when: float) -> None:
-        if self._generation.get(runtime.name) != generation or runtime.stopped:
-            return
-        now = time.time()
-        if now - when <= MAX_LATENESS_SECONDS:
-            self.submit(lambda: runtime.fire(start_at=when))
-        else:
-            log.warning("job %s: fire of %s missed by %.1fs", runtime.name, when, now - when)
-        self._schedule_next(runtime, generation, max(when, now - MAX_LATENESS_SECONDS))
 
     def _push(self, when: float, fn: Callable[[], None]) -> None:
         with self._timer:

@@ -47,6 +47,13 @@ def set_flag(registry: Registry, paths: JobPaths) -> None:
         registry.create(paths.sharding_necessary)
 
 
+def release_processing(registry: Registry, paths: JobPaths) -> None:
+    """Delete ``processing`` if this session holds it (a resharding a fault cut short)."""
+    stat = registry.stat(paths.sharding_processing)
+    if stat is not None and stat.ephemeral_owner == registry.session_id:
+        registry.delete(paths.sharding_processing)
+
+
 def owner(cache: TreeCache, paths: JobPaths, item: int) -> str | None:
     value = cache.get(paths.item_instance(item))
     return value.decode() if value else None
@@ -84,7 +91,18 @@ def plan(
                 ops.append(Delete(paths.misfire(item)))
     for name in cache.children(paths.sharding):
         if name.isdigit() and int(name) >= total:
-            ops.extend(_delete_tree(cache, paths.item(int(name))))
+            item = int(name)
+            if cache.exists(paths.running(item)):
+                # A run in flight keeps its claim until it completes; the sweep of
+                # shardcron.healing removes the item node after that.
+                keep = {"running"}
+                ops += [
+                    Delete(f"{paths.item(item)}/{child}")
+                    for child in cache.children(paths.item(item))
+                    if child not in keep and not cache.children(f"{paths.item(item)}/{child}")
+                ]
+            else:
+                ops.extend(_delete_tree(cache, paths.item(item)))
     return ops
 
 
@@ -120,10 +138,10 @@ def reshard(
     finish: list[Op] = [Delete(paths.sharding_necessary), Delete(paths.sharding_processing)]
     try:
         _commit_in_chunks(registry, ops, finish)
-    except TransactionError:
+    except TransactionError as exc:
         # The cache lagged behind a concurrent change: the flag stays, so the next fire
         # plans again from a cache that has caught up.
-        log.info("job %s: resharding raced a concurrent change; retrying next fire", paths.job)
+        log.info("job %s: resharding raced a concurrent change (%s); retrying", paths.job, exc)
         registry.delete(paths.sharding_processing)
         return None
     except Exception:

@@ -7,12 +7,14 @@ built-in strategy gives the assignment that ElasticJob 3.x gives (reference
 
 from __future__ import annotations
 
-import importlib
+import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import cast
 
+from shardcron import plugins
 from shardcron.errors import ConfigError, ShardcronError
+from shardcron.plugins import Kind
 
 Strategy = Callable[[Sequence[str], str, int], dict[str, list[int]]]
 """(instance_ids in order_instances order, job_name, sharding_total_count) -> id -> sorted items."""
@@ -103,35 +105,46 @@ def round_robin(instance_ids: Sequence[str], job_name: str, total: int) -> dict[
     return avg_allocation(ordered, job_name, total)
 
 
+def _java_int(value: int) -> int:
+    """``value`` wrapped to a signed 32-bit int, as Java's int arithmetic and ``(int)`` do."""
+    value &= 0xFFFFFFFF
+    return value - 2**32 if value >= 2**31 else value
+
+
+def single_sharding_balance(
+    instance_ids: Sequence[str], job_name: str, total: int, *, now_ms: int | None = None
+) -> dict[str, list[int]]:
+    """SINGLE_SHARDING_BALANCE (ElasticJob 3.0.5+): ROUND_ROBIN with a moving offset.
+
+    The rotation adds the clock to the name's hash: ``abs(int(hash + int(millis))) % n``,
+    where both additions wrap like Java ints and ``millis`` is cut to its low 32 bits. So a
+    one-item job moves from instance to instance as reshards happen over time instead of
+    always landing on the same one. ``now_ms`` (epoch milliseconds) pins the clock for tests
+    and for comparing with Java; as in ROUND_ROBIN, an ``Integer.MIN_VALUE`` sum (where Java
+    fails unless n is a power of two) is reduced modulo n.
+    """
+    ordered = list(instance_ids)
+    if ordered:
+        millis = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        mixed = _java_int(java_string_hash(job_name) + _java_int(millis))
+        offset = _java_abs(mixed) % len(ordered)
+        ordered = ordered[offset:] + ordered[:offset]
+    return avg_allocation(ordered, job_name, total)
+
+
 STRATEGIES: Mapping[str, Strategy] = MappingProxyType(
     {
         "AVG_ALLOCATION": avg_allocation,
         "ODEVITY": odevity,
         "ROUND_ROBIN": round_robin,
+        "SINGLE_SHARDING_BALANCE": single_sharding_balance,
     }
 )
 
 
-def _import_strategy(ref: str) -> Strategy:
-    module_name, _, qualname = ref.partition(":")
-    if not module_name or not qualname:
-        raise ConfigError(_FIELD, f"custom strategy {ref!r} must look like 'module:qualname'")
-    try:
-        target: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(_FIELD, f"cannot import module {module_name!r}: {exc}") from exc
-    for part in qualname.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError as exc:
-            raise ConfigError(_FIELD, f"{ref!r}: {module_name!r} has no {qualname!r}") from exc
-    if not callable(target):
-        raise ConfigError(_FIELD, f"{ref!r} is not callable")
-    return cast(Strategy, target)
-
-
 def resolve_strategy(name: str | None) -> Strategy:
-    """A built-in strategy by name, or a custom one by ``module:qualname``.
+    """A built-in strategy by name, or one registered in this process (see
+    :mod:`shardcron.plugins`). Never imports: the name may come from the registry.
 
     ``None`` or ``""`` means AVG_ALLOCATION, as Java treats a missing or empty type.
     """
@@ -139,9 +152,15 @@ def resolve_strategy(name: str | None) -> Strategy:
         return STRATEGIES[DEFAULT_STRATEGY]
     if name in STRATEGIES:
         return STRATEGIES[name]
-    if ":" in name:
-        return _import_strategy(name)
-    known = ", ".join(STRATEGIES)
-    raise ConfigError(
-        _FIELD, f"unknown strategy {name!r}; use one of {known} or a 'module:qualname' callable"
-    )
+    found = plugins.lookup(Kind.STRATEGY, name)
+    if found is None:
+        problem = plugins.name_problem(Kind.STRATEGY, name, tuple(STRATEGIES), registered_only=True)
+        raise ConfigError(_FIELD, problem or f"unknown strategy {name!r}")
+    return cast(Strategy, found)
+
+
+def register_strategy(name: str, strategy: Strategy) -> None:
+    """Make ``name`` usable as ``jobShardingStrategyType`` on this worker."""
+    if name in STRATEGIES:
+        raise ConfigError(_FIELD, f"{name!r} is a built-in strategy; register another name")
+    plugins.register(Kind.STRATEGY, name, strategy)

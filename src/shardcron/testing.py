@@ -1,4 +1,6 @@
 """A real ZooKeeper for tests: start a throwaway server, expire sessions, drop connections.
+For testing your own job functions, ``sharding_context`` and ``run_item`` (from
+:mod:`shardcron.jobtesting`) are here too.
 
 Usage::
 
@@ -38,8 +40,24 @@ from kazoo.protocol.connection import _CONNECTION_DROP
 from kazoo.protocol.states import KazooState
 
 from shardcron.errors import ShardcronError
+from shardcron.jobtesting import run_item, sharding_context
 
-INSTALL_HINT = "ZooKeeper not found: apt-get install -y zookeeper"
+__all__ = [
+    "ZooKeeperServer",
+    "drop_connection",
+    "expire_session",
+    "find_zookeeper",
+    "run_item",
+    "sharding_context",
+    "unique_namespace",
+    "zookeeper_server",
+]
+
+INSTALL_HINT = (
+    "ZooKeeper not found: apt-get install -y zookeeper (Debian, Ubuntu), or unpack the Apache "
+    "ZooKeeper binary tarball (https://zookeeper.apache.org/releases.html) and set "
+    "ZOOKEEPER_HOME to its directory; it needs Java 11+"
+)
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 HOST = "127.0.0.1"
 
@@ -51,13 +69,15 @@ _RUNNING: set[ZooKeeperServer] = set()
 def find_zookeeper() -> Path:
     """The directory holding the ZooKeeper server jars.
 
-    Looks at ``$ZOOKEEPER_PATH`` first (a jar directory, or a tarball home with ``lib/``), then
-    the Debian package's ``/usr/share/java``.
+    Looks only at ``$ZOOKEEPER_HOME`` or ``$ZOOKEEPER_PATH`` when one is set (a tarball home
+    with ``lib/``, or a jar directory): a wrong setting is an error, not a silent fallback.
+    Otherwise looks at the Debian package's ``/usr/share/java``.
     """
     candidates: list[Path] = []
-    if env := os.environ.get("ZOOKEEPER_PATH"):
-        candidates += [Path(env), Path(env) / "lib"]
-    candidates += _DEFAULT_JAR_DIRS
+    for name in ("ZOOKEEPER_HOME", "ZOOKEEPER_PATH"):
+        if env := os.environ.get(name):
+            candidates += [Path(env), Path(env) / "lib"]
+    candidates = candidates or list(_DEFAULT_JAR_DIRS)
     for directory in candidates:
         if _classpath(directory):
             return directory
@@ -113,8 +133,15 @@ class ZooKeeperServer:
         heap_mb: int = 256,
         java_options: Sequence[str] = (),
         extra_config: Mapping[str, str | int] | None = None,
+        workdir: Path | None = None,
+        myid: int | None = None,
     ) -> None:
-        """``extra_config`` adds or overrides zoo.cfg keys (e.g. ``{"forceSync": "yes"}``)."""
+        """``extra_config`` adds or overrides zoo.cfg keys (e.g. ``{"forceSync": "yes"}``);
+        ``myid`` makes it a member of an ensemble (see ``shardcron.testing_ensemble``).
+
+        ``workdir`` keeps config, data and log in that directory, which ``close()`` leaves in
+        place; by default they go to a temp dir that ``close()`` deletes."""
+        self._myid = myid
         self._fixed_port = port is not None
         self._port = port
         self._tick_time_ms = tick_time_ms
@@ -124,7 +151,9 @@ class ZooKeeperServer:
         self._heap_mb = heap_mb
         self._java_options = tuple(java_options)
         self._extra_config = dict(extra_config or {})
-        self._workdir: Path | None = None
+        self._own_workdir = workdir is None
+        # Absolute: the server runs in this directory, and zoo.cfg names paths inside it.
+        self._workdir: Path | None = None if workdir is None else Path(workdir).resolve()
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
 
@@ -175,25 +204,30 @@ class ZooKeeperServer:
             return "(no server log)"
         return "\n".join(text.splitlines()[-lines:])
 
-    def start(self, timeout: float = 30.0) -> None:
-        """Start the server and wait until it serves requests. A no-op if it is running."""
+    def start(self, timeout: float = 30.0, *, wait: bool = True) -> None:
+        """Start the server and wait until it serves requests. A no-op if it is running.
+
+        ``wait=False`` returns once the process is spawned (an ensemble member serves only
+        once a quorum is up); ``wait_ready()`` waits later.
+        """
         if self.running:
             return
         if self._workdir is None:
             self._workdir = Path(tempfile.mkdtemp(prefix="shardcron-zk-"))
+        self._workdir.mkdir(parents=True, exist_ok=True)
         # A port we picked ourselves can be taken by someone else before Java binds it.
         attempts = 1 if self._fixed_port or self._port is not None else 3
         for attempt in range(attempts):
             if self._port is None or attempt > 0:
                 self._port = _free_port()
             try:
-                self._launch(timeout)
+                self._launch(timeout, wait)
                 return
             except ShardcronError as exc:
                 if attempt + 1 == attempts or "Address already in use" not in str(exc):
                     raise
 
-    def _launch(self, timeout: float) -> None:
+    def _launch(self, timeout: float, wait: bool) -> None:
         config = self._write_config()
         cmd = [
             _find_java(),
@@ -224,6 +258,13 @@ class ZooKeeperServer:
             start_new_session=True,
         )
         _RUNNING.add(self)
+        if wait:
+            self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until the started server serves requests; stop it and raise if it does not."""
+        if self._proc is None:
+            raise ShardcronError("ZooKeeperServer.wait_ready() needs start() first")
         try:
             self._wait_ready(self._proc, time.monotonic() + timeout)
         except BaseException:
@@ -245,6 +286,9 @@ class ZooKeeperServer:
             "forceSync": "no",
             **self._extra_config,
         }
+        if self._myid is not None:
+            (self.workdir / "data").mkdir(exist_ok=True)
+            (self.workdir / "data" / "myid").write_text(f"{self._myid}\n")
         path = self.workdir / "zoo.cfg"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         return path
@@ -302,6 +346,15 @@ class ZooKeeperServer:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
 
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the process to exit (None: until it does); its exit code, or None."""
+        proc = self._proc
+        if proc is None:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout)
+        return None
+
     def restart(self, *, kill: bool = False, timeout: float = 30.0) -> None:
         """Stop and start again on the same port with the same data."""
         self.stop(kill=kill)
@@ -310,7 +363,7 @@ class ZooKeeperServer:
     def close(self) -> None:
         """Stop and delete the temp dir. The object can be started again afresh."""
         self.stop()
-        if self._workdir is not None:
+        if self._workdir is not None and self._own_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
         if not self._fixed_port:
@@ -324,6 +377,18 @@ class ZooKeeperServer:
             while chunk := sock.recv(65536):
                 chunks.append(chunk)
         return b"".join(chunks).decode("utf-8", errors="replace")
+
+    def mode(self) -> str:
+        """``leader``, ``follower`` or ``standalone`` (``srvr``); ``down`` if not serving."""
+        try:
+            answer = self.four_letter("srvr", timeout=2)
+        except OSError:
+            return "down"
+        for line in answer.splitlines():
+            key, _, value = line.partition(":")
+            if key == "Mode":
+                return value.strip()
+        return "down"
 
     def mntr(self) -> dict[str, str]:
         """The ``mntr`` metrics as a dict, e.g. ``zk_version``, ``zk_packets_received``."""

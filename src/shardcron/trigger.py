@@ -13,9 +13,12 @@ Two dialects are accepted, told apart by the number of fields:
   ``*``, lists, ranges and steps (``0/5``, ``10-40/10``, ``*/15``; a range may wrap, as
   ``FRI-MON`` or ``22-2``) it knows ``L`` (last day of the month; ``L-3`` three days
   before it), ``15W`` (the weekday nearest the 15th, never leaving the month; a month
-  too short for the day has no fire), ``LW`` (the last weekday), ``5L`` (the last
+  too short for the day has no fire), ``LW`` (the last weekday), ``L-3W`` (the weekday
+  nearest the third day before the last), ``5L`` (the last
   Thursday), ``6#3`` (the third Friday) and ``L`` alone in day-of-week (Saturday).
-  The year field takes 1970-2099.
+  The year field takes 1970-2099. As in Quartz 2.3.2, a step may not exceed 59 (seconds,
+  minutes) or 23 (hours), and an ``L``, ``W`` or ``#`` term must stand alone in its field
+  (Quartz rejects ``L,15`` and ``6#3,2#1``, and reads ``2#1,6`` as something else).
 * **Unix** (Vixie cron), 5 fields: ``minute hour day-of-month month day-of-week``,
   firing at second 0. Days of the week are 0-7 with both 0 and 7 meaning Sunday. When
   both day fields are restricted (neither starts with ``*``) a day matches if *either*
@@ -57,7 +60,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from shardcron.errors import ConfigError
 
-__all__ = ["CronTrigger", "parse_time_zone"]
+__all__ = ["CronTrigger", "dialect", "parse_time_zone"]
 
 _SECOND = timedelta(seconds=1)
 # How far ahead next_fire looks for an expression with no year field before giving up.
@@ -101,6 +104,11 @@ class _Field:
     lo: int
     hi: int
     names: dict[str, int] = field(default_factory=dict)
+    max_step: int | None = None  # None: the width of the range
+
+    @property
+    def step_limit(self) -> int:
+        return self.hi - self.lo + 1 if self.max_step is None else self.max_step
 
 
 _SECONDS = _Field("second", 0, 59)
@@ -111,6 +119,10 @@ _MONTHS = _Field("month", 1, 12, {name: n for n, name in enumerate(_MONTH_NAMES,
 _QUARTZ_DOW = _Field("day-of-week", 1, 7, {name: n for n, name in enumerate(_DAY_NAMES, 1)})
 _UNIX_DOW = _Field("day-of-week", 0, 7, {name: n for n, name in enumerate(_DAY_NAMES)})
 _YEARS = _Field("year", 1970, 2099)
+# Quartz refuses a step above 59 for seconds and minutes and above 23 for hours.
+_QUARTZ_SECONDS = _Field("second", 0, 59, max_step=59)
+_QUARTZ_MINUTES = _Field("minute", 0, 59, max_step=59)
+_QUARTZ_HOURS = _Field("hour", 0, 23, max_step=23)
 _QUARTZ_FIELDS = ("second", "minute", "hour", "day-of-month", "month", "day-of-week", "year")
 
 
@@ -119,7 +131,7 @@ class _DaysOfMonth:
     days: frozenset[int]
     before_last: frozenset[int]  # L-n gives n; a plain L gives 0
     nearest_weekday: frozenset[int]  # 15W gives 15
-    last_weekday: bool  # LW
+    before_last_weekday: frozenset[int]  # L-nW gives n; LW gives 0
 
     def select(self, first_weekday: int, length: int) -> set[int]:
         chosen = {day for day in self.days if day <= length}
@@ -129,8 +141,11 @@ class _DaysOfMonth:
             for day in self.nearest_weekday
             if day <= length
         )
-        if self.last_weekday:
-            chosen.add(_nearest_weekday(length, first_weekday, length))
+        chosen.update(
+            _nearest_weekday(length - n, first_weekday, length)
+            for n in self.before_last_weekday
+            if n < length
+        )
         return chosen
 
 
@@ -278,10 +293,17 @@ def _parse_quartz(parts: list[str]) -> _Schedule:
             raise _Invalid(
                 f"{_QUARTZ_FIELDS[i]} '?' is only allowed in day-of-month or day-of-week"
             )
+    for name, text, special in (("day-of-month", dom, "LW"), ("day-of-week", dow, "L#")):
+        if "," in text and any(letter in text.upper() for letter in special):
+            raise _Invalid(
+                f"{name} {text!r} lists a {'/'.join(special)} term with other terms,"
+                " which Quartz does not support",
+                f"use one {'/'.join(special)} term alone, or split the job in two",
+            )
     schedule = _Schedule(
-        seconds=_sorted(second, _SECONDS, wrap=True),
-        minutes=_sorted(minute, _MINUTES, wrap=True),
-        hours=_sorted(hour, _HOURS, wrap=True),
+        seconds=_sorted(second, _QUARTZ_SECONDS, wrap=True),
+        minutes=_sorted(minute, _QUARTZ_MINUTES, wrap=True),
+        hours=_sorted(hour, _QUARTZ_HOURS, wrap=True),
         months=_sorted(month, _MONTHS, wrap=True),
         years=None if len(parts) == 6 or parts[6] == "*" else _sorted(parts[6], _YEARS),
         dom=_days_of_month(dom, wrap=True),
@@ -334,7 +356,7 @@ def _is_interval(text: str) -> bool:
 def _check_days_exist(schedule: _Schedule, dom_text: str, month_text: str) -> None:
     """Reject day-of-month lists that no chosen month has, like the 30th of February."""
     dom = schedule.dom
-    if dom is None or dom.before_last or dom.last_weekday or dom.nearest_weekday:
+    if dom is None or dom.before_last or dom.before_last_weekday or dom.nearest_weekday:
         return
     longest = max(_LONGEST_MONTH[month] for month in schedule.months)
     if min(dom.days) > longest:
@@ -354,7 +376,7 @@ def _sorted(text: str, spec: _Field, *, wrap: bool = False) -> tuple[int, ...]:
 def _term(term: str, spec: _Field, *, wrap: bool) -> list[int]:
     """Values of one list item: ``*``, ``n``, ``a-b``, each optionally with ``/step``."""
     base, slash, step_text = term.partition("/")
-    step = _number(step_text, f"{spec.name} step", 1, spec.hi - spec.lo + 1) if slash else 1
+    step = _number(step_text, f"{spec.name} step", 1, spec.step_limit) if slash else 1
     if base == "*":
         lo, hi = spec.lo, spec.hi
     elif "-" in base:
@@ -394,20 +416,25 @@ def _days_of_month(text: str, *, wrap: bool) -> _DaysOfMonth | None:
     days: set[int] = set()
     before_last: set[int] = set()
     nearest: set[int] = set()
-    last_weekday = False
+    last_nearest: set[int] = set()
     for term in text.split(","):
         letters = term.upper()
         if letters == "LW":
-            last_weekday = True
+            last_nearest.add(0)
         elif letters == "L":
             before_last.add(0)
         elif letters.startswith("L-"):
-            before_last.add(_number(term[2:], f"day-of-month {term!r} offset", 0, 30))
+            weekday = letters.endswith("W")
+            offset_text = term[2:-1] if weekday else term[2:]
+            offset = _number(offset_text, f"day-of-month {term!r} offset", 0, 30)
+            (last_nearest if weekday else before_last).add(offset)
         elif letters.endswith("W"):
             nearest.add(_value(term[:-1], _DOM, term))
         else:
             days.update(_term(term, _DOM, wrap=wrap))
-    return _DaysOfMonth(frozenset(days), frozenset(before_last), frozenset(nearest), last_weekday)
+    return _DaysOfMonth(
+        frozenset(days), frozenset(before_last), frozenset(nearest), frozenset(last_nearest)
+    )
 
 
 def _days_of_week(text: str, spec: _Field, *, to_weekday: int, quartz: bool) -> _DaysOfWeek | None:
@@ -606,3 +633,9 @@ class CronTrigger:
 
 def _next_second(wall: datetime) -> datetime:
     return wall.replace(microsecond=0) + _SECOND
+
+
+def dialect(expression: str) -> str:
+    """``"Unix"`` for 5 fields or an ``@`` shorthand, else ``"Quartz"`` (how it is parsed)."""
+    parts = _MACROS.get(expression.strip().upper(), expression).split()
+    return "Unix" if len(parts) == 5 else "Quartz"

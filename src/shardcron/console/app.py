@@ -13,7 +13,8 @@ history queries of :mod:`shardcron.tracing.sql`; every action is one ``Admin`` c
 result is reported on the next page as a one-line message.
 
 Security (see :mod:`shardcron.console.auth`): every page needs a login; every change is a
-POST that needs the admin role, the session's CSRF token and a same-origin request; the
+POST that needs the admin role, the session's CSRF token and a same-origin request
+(:mod:`shardcron.console.guard` adds login backoff, trusted hosts and secure cookies); the
 destructive ones (shutdown, remove) also need an explicit confirmation, asked by the
 browser or, without script, by a confirmation page. Responses forbid framing, inline
 script and caching.
@@ -21,11 +22,11 @@ script and caching.
 
 from __future__ import annotations
 
+import math
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -45,8 +46,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shardcron.admin import Admin, JobNotFoundError, JobOverview, ServerNotFoundError, Write
-from shardcron.console import config_form
+from shardcron.admin import Admin, JobNotFoundError, JobOverview, ServerNotFoundError
+from shardcron.console import config_form, formats
+from shardcron.console.actions import ACTIONS, Target, named, question
 from shardcron.console.auth import (
     Accounts,
     EndedSessions,
@@ -56,10 +58,20 @@ from shardcron.console.auth import (
     same_token,
 )
 from shardcron.console.chart import run_chart
+from shardcron.console.guard import (
+    LOOPBACK_HOSTS,
+    LoginThrottle,
+    SecureCookies,
+    TrustedHosts,
+    login_keys,
+)
 from shardcron.errors import ConfigError, ShardcronError
 from shardcron.events import FireState
 from shardcron.model import ExecutionSource
+from shardcron.secrecy import redact_text
 from shardcron.tracing import sql
+from shardcron.tracing.last import LastRun, last_runs
+from shardcron.workercard import card_path, parse_card
 
 Endpoint = Callable[[Request], Awaitable[Response] | Response]
 
@@ -81,103 +93,6 @@ SECURITY_HEADERS = {
 }
 
 
-# -- actions -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    """One button: the Admin call, the message once done, and a question if destructive."""
-
-    run: Callable[..., list[Write]]
-    done: str  # "{target}" is replaced by what was acted on
-    confirm: str | None = None
-
-
-JOB_ACTIONS = {
-    "trigger": Action(lambda a, job: a.trigger(job), "Triggered {target}"),
-    "disable": Action(lambda a, job: a.disable(job), "Disabled {target} on every server"),
-    "enable": Action(lambda a, job: a.enable(job), "Enabled {target} on every server"),
-    "shutdown": Action(
-        lambda a, job: a.shutdown(job),
-        "Shut down {target} on every instance",
-        "Shut down {target} on every instance? It stays stopped until its workers restart.",
-    ),
-    "remove": Action(
-        lambda a, job: a.remove_job(job),
-        "Removed {target}",
-        "Remove {target}? Its instances stop it and its whole registry tree is deleted.",
-    ),
-}
-JOB_SERVER_ACTIONS = {
-    "disable": Action(lambda a, job, ip: a.disable(job, ip), "Disabled {target}"),
-    "enable": Action(lambda a, job, ip: a.enable(job, ip), "Enabled {target}"),
-    "shutdown": Action(
-        lambda a, job, ip: a.shutdown(job, ip),
-        "Shut down {target}",
-        "Shut down {target}? It stays stopped there until the workers restart.",
-    ),
-    "remove": Action(
-        lambda a, job, ip: a.remove_server(ip, job),
-        "Removed {target}",
-        "Remove {target}? Its instances stop the job and the server's node is deleted.",
-    ),
-}
-ITEM_ACTIONS = {
-    "disable": Action(lambda a, job, item: a.disable_item(job, item), "Disabled {target}"),
-    "enable": Action(lambda a, job, item: a.enable_item(job, item), "Enabled {target}"),
-}
-SERVER_ACTIONS = {
-    "disable": Action(lambda a, ip: a.disable(server=ip), "Disabled {target} in every job"),
-    "enable": Action(lambda a, ip: a.enable(server=ip), "Enabled {target} in every job"),
-    "shutdown": Action(
-        lambda a, ip: a.shutdown(server=ip),
-        "Shut down every job on {target}",
-        "Shut down every job on {target}? They stay stopped until the workers restart.",
-    ),
-    "remove": Action(
-        lambda a, ip: a.remove_server(ip),
-        "Removed {target} from every job",
-        "Remove {target} from every job? Its instances stop and its server nodes are deleted.",
-    ),
-}
-
-
-class Target(StrEnum):
-    """What a button acts on: its path is /jobs/JOB/..., /jobs/JOB/servers/IP/..., ..."""
-
-    JOB = "job"
-    JOB_SERVER = "job_server"
-    ITEM = "item"
-    SERVER = "server"
-
-
-ACTIONS: dict[Target, Mapping[str, Action]] = {
-    Target.JOB: JOB_ACTIONS,
-    Target.JOB_SERVER: JOB_SERVER_ACTIONS,
-    Target.ITEM: ITEM_ACTIONS,
-    Target.SERVER: SERVER_ACTIONS,
-}
-
-
-def named(target: Target, *args: object) -> str:
-    """What a button acts on, in words (for messages and questions)."""
-    match target:
-        case Target.JOB:
-            return f"job {args[0]!r}"
-        case Target.JOB_SERVER:
-            return f"job {args[0]!r} on server {args[1]}"
-        case Target.ITEM:
-            return f"item {args[1]} of job {args[0]!r}"
-        case Target.SERVER:
-            return f"server {args[0]}"
-
-
-def question(target: Target, action: str, *args: object) -> str | None:
-    """The confirmation a destructive action asks for, None for the others."""
-    confirm = ACTIONS[target][action].confirm
-    return None if confirm is None else confirm.format(target=named(target, *args))
-
-
 # -- small view models ------------------------------------------------------------------------
 
 
@@ -186,6 +101,14 @@ class JobRow:
     name: str
     view: JobOverview | None
     error: str | None = None  # the job's config cannot be read
+    last: LastRun | None = None  # from the trace database, if there is one
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerJob:
+    name: str
+    leader: bool
+    items: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,10 +126,16 @@ class Console:
     """The console's state (admin, accounts, trace engine, templates) and its endpoints."""
 
     def __init__(
-        self, admin: Admin, accounts: Accounts, tracing: Engine | None, session_seconds: int
+        self,
+        admin: Admin,
+        accounts: Accounts,
+        tracing: Engine | None,
+        session_seconds: int,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self.admin = admin
         self.accounts = accounts
+        self.throttle = throttle or LoginThrottle()
         self.tracing = tracing
         self.ended = EndedSessions(session_seconds)
         env = jinja2.Environment(
@@ -214,12 +143,15 @@ class Console:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        env.filters["when"] = _when
-        env.filters["seconds"] = _seconds
-        env.filters["instance_of"] = _instance_of
+        env.filters["when"] = formats.when
+        env.filters["seconds"] = formats.seconds
+        env.filters["duration"] = formats.duration
+        env.filters["epoch"] = formats.epoch
+        env.filters["instance_of"] = formats.instance_of
         env.globals["href"] = href
         env.globals["question"] = question
         env.globals["live"] = _live
+        env.globals["zone"] = formats.local_zone_name
         self.templates = Jinja2Templates(env=env)
 
     # -- gatekeeping ----------------------------------------------------------------------
@@ -284,8 +216,11 @@ class Console:
             "tracing": self.tracing is not None,
             "here": _here(request),
         }
+        # Every response, a live part too, says whether the registry is reachable, so an open
+        # page turns its banner on (and back off) without a reload.
+        state = {"x-registry": "connected" if base["connected"] else "down"}
         return self.templates.TemplateResponse(
-            request, template, {**base, **context}, status_code=status
+            request, template, {**base, **context}, status_code=status, headers=state
         )
 
     # -- login ----------------------------------------------------------------------------
@@ -303,10 +238,22 @@ class Console:
             request
         ):
             return self.refuse(request, "The login form has expired; reload the page.")
-        found = self.accounts.authenticate(fields.get("user", ""), fields.get("password", ""))
+        user = fields.get("user", "")
+        keys = login_keys(request.client.host if request.client else None, user)
+        wait = self.throttle.retry_after(keys)
+        if wait > 0:  # refused unchecked: a guess made during the wait teaches nothing
+            error = f"Too many wrong passwords; try again in {math.ceil(wait)} s."
+            answer = self.render(
+                request, "login.html", {"next": target, "error": error}, status=429
+            )
+            answer.headers["retry-after"] = str(math.ceil(wait))
+            return answer
+        found = self.accounts.authenticate(user, fields.get("password", ""))
         if found is None:
+            self.throttle.failed(keys)
             context = {"next": target, "error": "Wrong user name or password."}
             return self.render(request, "login.html", context, status=401)
+        self.throttle.succeeded(keys)
         request.session.clear()  # a fresh session and token: nothing carries over from before
         request.session.update({"user": found.user, "sid": new_token(), "csrf": new_token()})
         return RedirectResponse(target, status_code=303)
@@ -370,7 +317,7 @@ class Console:
             "view": view,
             "parameters": parameters,
             "owned": owned,
-            "config_text": stored,
+            "config_text": redact_text(stored),  # guests read it too: no secret, ever
             "fields": config_form.FIELDS,
             "values": form if form is not None else config_form.current_values(view.config),
             "form_error": form_error,
@@ -410,6 +357,26 @@ class Console:
             {"ip": ip, "jobs": jobs},
             parts={"table": "parts/server_jobs.html"},
         )
+
+    def worker(self, request: Request) -> Response:
+        if self.role(request) is None:
+            return self.login_redirect(request)
+        instance = request.path_params["instance"]
+        jobs = self.worker_jobs(instance)
+        value = None
+        if self.admin.registry.connected:  # else no round trip: the banner says why
+            try:
+                value = self.admin.registry.get(card_path(instance))
+            except ShardcronError:
+                value = None
+        card = None if value is None else parse_card(value)
+        if not jobs and card is None and self.admin.registry.connected:
+            message = (
+                f"no live instance {instance!r} in namespace {self.admin.registry.namespace!r}"
+            )
+            return self.render(request, "error.html", {"message": message}, status=404)
+        context = {"instance": instance, "card": card, "jobs": jobs}
+        return self.render(request, "worker.html", context, parts={"card": "parts/worker.html"})
 
     def executions(self, request: Request) -> Response:
         return self.history(request, "executions")
@@ -537,9 +504,10 @@ class Console:
 
     def job_rows(self) -> list[JobRow]:
         rows = []
+        last = self.last_runs()
         for name in self.admin.job_names():
             try:
-                rows.append(JobRow(name, self.admin.overview(name)))
+                rows.append(JobRow(name, self.admin.overview(name), last=last.get(name)))
             except JobNotFoundError:
                 continue  # removed while the list was read
             except ShardcronError as exc:
@@ -563,6 +531,26 @@ class Console:
         return [
             InstanceRow(i, ips[i], tuple(jobs[i]), tuple(leads.get(i, ()))) for i in sorted(jobs)
         ]
+
+    def worker_jobs(self, instance: str) -> list[WorkerJob]:
+        found = []
+        for name in self.admin.job_names():
+            try:
+                here = [i for i in self.admin.instances(name) if i.instance_id == instance]
+                if here:
+                    owned = [i.item for i in self.admin.sharding(name) if i.instance_id == instance]
+                    found.append(WorkerJob(name, here[0].leader, tuple(owned)))
+            except ShardcronError:
+                continue  # removed or unreadable meanwhile
+        return found
+
+    def last_runs(self) -> dict[str, LastRun]:
+        if self.tracing is None:
+            return {}
+        try:
+            return last_runs(self.tracing)
+        except SQLAlchemyError:
+            return {}  # the activity section reports the database's trouble
 
     def activity(self) -> tuple[list[sql.JobSummary], str | None]:
         if self.tracing is None:
@@ -679,29 +667,6 @@ def _flash(request: Request, kind: str, text: str) -> None:
     request.session["flash"] = {"kind": kind, "text": " ".join(text.split())}
 
 
-def _when(moment: datetime | None) -> str:
-    """Local time of the console's host; naive times (trace rows) already are."""
-    if moment is None:
-        return "-"
-    if moment.tzinfo is not None:
-        moment = moment.astimezone()
-    return moment.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value < 1:
-        return f"{value * 1000:.1f} ms" if value < 0.01 else f"{value * 1000:.0f} ms"
-    return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
-
-
-def _instance_of(task_id: str) -> str:
-    """The ``ip@-@pid`` that ends a task id: the process that ran the fire."""
-    parts = task_id.split("@-@")
-    return "@-@".join(parts[-2:]) if len(parts) >= 2 else task_id
-
-
 def _short(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -738,20 +703,26 @@ def create_app(
     tracing: Engine | None = None,
     secret: str | None = None,
     session_hours: float = SESSION_HOURS,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    secure_cookies: bool = False,
+    throttle: LoginThrottle | None = None,
 ) -> Starlette:
     """The console over ``admin`` (build it with ``cached=True``) and an optional trace engine.
 
     ``secret`` signs the session cookies; without one a random secret is made, so sessions
     end when the process does. The caller keeps ``admin`` and ``tracing`` and closes them.
+    ``allowed_hosts`` are the names the console answers to (see :mod:`.guard`);
+    ``secure_cookies`` marks cookies ``Secure`` even on requests that came over HTTP.
     """
     seconds = round(session_hours * 3600)
-    console = Console(admin, accounts, tracing, seconds)
+    console = Console(admin, accounts, tracing, seconds, throttle)
     pages: list[tuple[str, Endpoint, str]] = [
         ("/", console.home, "home"),
         ("/jobs", console.jobs, "jobs"),
         ("/jobs/{job}", console.job, "job"),
         ("/servers", console.servers, "servers"),
         ("/servers/{ip}", console.server, "server"),
+        ("/workers/{instance}", console.worker, "worker"),
         ("/history/executions", console.executions, "executions"),
         ("/history/statuses", console.statuses, "statuses"),
     ]
@@ -770,6 +741,8 @@ def create_app(
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [
+        Middleware(TrustedHosts, allowed=allowed_hosts),
+        Middleware(SecureCookies, always=secure_cookies),
         Middleware(SecurityHeaders),
         Middleware(
             SessionMiddleware,

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from shardcron.console.formats import when
 from shardcron.tracing.sql import RunPoint
 
 WIDTH = 1000
@@ -60,7 +61,7 @@ def run_chart(points: Sequence[RunPoint], width: int = WIDTH, height: int = HEIG
                 height=tall,
                 success=point.success,
                 tooltip=(
-                    f"{point.start_time:%Y-%m-%d %H:%M:%S} item {point.sharding_item} "
+                    f"{when(point.start_time)} item {point.sharding_item} "
                     f"on {point.ip}: {point.seconds:.3f} s, {outcome} ({point.execution_source})"
                 ),
             )

@@ -14,8 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shardcron.config import JobConfig
+from shardcron.config import (
+    DEFAULT_ERROR_HANDLER,
+    DEFAULT_EXECUTOR_SERVICE_HANDLER,
+    DEFAULT_SHARDING_STRATEGY,
+    ERROR_HANDLERS,
+    EXECUTOR_SERVICE_HANDLERS,
+    SHARDING_STRATEGIES,
+    JobConfig,
+)
 from shardcron.errors import ConfigError
+from shardcron.secrecy import redact_props
 
 PROPS = "props"
 
@@ -25,6 +34,7 @@ class Kind(StrEnum):
     NUMBER = "number"
     FLAG = "flag"  # a checkbox: absent from a submitted form means false
     LIST = "list"  # comma-separated
+    CHOICE = "choice"  # a select of the built-in names; empty means Java's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +44,8 @@ class Field:
     label: str
     kind: Kind = Kind.TEXT
     hint: str = ""
+    choices: tuple[str, ...] = ()  # for CHOICE; a stored custom value is offered too
+    default: str = ""  # what an empty CHOICE means
 
 
 FIELDS: tuple[Field, ...] = (
@@ -67,14 +79,30 @@ FIELDS: tuple[Field, ...] = (
         Kind.NUMBER,
         "0: off",
     ),
-    Field("jobShardingStrategyType", "job_sharding_strategy_type", "Sharding strategy"),
+    Field(
+        "jobShardingStrategyType",
+        "job_sharding_strategy_type",
+        "Sharding strategy",
+        Kind.CHOICE,
+        choices=SHARDING_STRATEGIES,
+        default=DEFAULT_SHARDING_STRATEGY,
+    ),
     Field(
         "jobExecutorServiceHandlerType",
         "job_executor_service_handler_type",
         "Executor",
-        hint="CPU or SINGLE_THREAD",
+        Kind.CHOICE,
+        choices=EXECUTOR_SERVICE_HANDLERS,
+        default=DEFAULT_EXECUTOR_SERVICE_HANDLER,
     ),
-    Field("jobErrorHandlerType", "job_error_handler_type", "Error handler"),
+    Field(
+        "jobErrorHandlerType",
+        "job_error_handler_type",
+        "Error handler",
+        Kind.CHOICE,
+        choices=ERROR_HANDLERS,
+        default=DEFAULT_ERROR_HANDLER,
+    ),
     Field("jobListenerTypes", "job_listener_types", "Listeners", Kind.LIST),
     Field("label", "label", "Label", hint="only instances with this label run the job"),
 )
@@ -83,7 +111,9 @@ FIELDS: tuple[Field, ...] = (
 def current_values(config: JobConfig) -> dict[str, str]:
     """The form's text for every field (and ``props``), from a config."""
     values = {f.key: _shown(getattr(config, f.attr)) for f in FIELDS}
-    values[PROPS] = "\n".join(f"{name}={value}" for name, value in config.props.items())
+    # Secrets show as *** (a guest sees this form too); *** sent back means "unchanged".
+    shown = redact_props(config.props)
+    values[PROPS] = "\n".join(f"{name}={value}" for name, value in shown.items())
     return values
 
 
@@ -110,11 +140,12 @@ def changed_settings(config: JobConfig, values: Mapping[str, str]) -> dict[str, 
     }
     if PROPS in values:
         old = dict(config.props)
+        shown = redact_props(old)
         new = _props(values[PROPS])
         for name in old.keys() - new.keys():
             settings[f"props.{name}"] = ""
         for name, value in new.items():
-            if old.get(name) != value:
+            if value not in (old.get(name), shown.get(name)):
                 settings[f"props.{name}"] = value
     return settings
 

@@ -11,7 +11,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from shardcron.registry import EventType, NodeEvent, NodeListener
 
@@ -19,6 +19,14 @@ log = logging.getLogger(__name__)
 
 _STOP = object()
 C = TypeVar("C")
+
+
+class EventSink(Protocol):
+    """Where a registry runs its cache updates and listener calls, one at a time, in order."""
+
+    def submit(self, fn: Callable[[], None]) -> None: ...
+    def is_current(self) -> bool: ...
+    def stop(self) -> None: ...
 
 
 class EventThread:
@@ -137,8 +145,7 @@ class LocalTree:
         with self._lock:
             if path not in self._data:
                 return
-            doomed = [p for p in self._data if is_below(p, path)]
-            for p in sorted(doomed, key=len, reverse=True):
+            for p in self._subtree(path):  # children before their parent
                 del self._data[p]
                 self._children.pop(p, None)
                 self._children.get(parent_of(p), set()).discard(p.rsplit("/", 1)[1])
@@ -157,6 +164,14 @@ class LocalTree:
     def paths(self) -> Iterable[str]:
         with self._lock:
             return list(self._data)
+
+    def _subtree(self, path: str) -> list[str]:
+        """``path`` and its descendants, deepest first (walks the subtree, not the tree)."""
+        found: list[str] = []
+        for name in sorted(self._children.get(path, ())):
+            found += self._subtree(join(path, name))
+        found.append(path)
+        return found
 
     def _add(self, path: str, data: bytes) -> None:
         self._data[path] = data
@@ -180,11 +195,15 @@ class CacheIndex(Generic[C]):
 
     def __init__(self) -> None:
         self._by_root: dict[str, list[C]] = {}
+        # covering() answers by path, forgotten whenever a cache comes or goes: the same
+        # few hundred paths change over and over.
+        self._covering: dict[str, tuple[C, ...]] = {}
         self._lock = threading.Lock()
 
     def add(self, root: str, cache: C) -> None:
         with self._lock:
             self._by_root.setdefault(root, []).append(cache)
+            self._covering = {}
 
     def remove(self, root: str, cache: C) -> None:
         with self._lock:
@@ -193,16 +212,24 @@ class CacheIndex(Generic[C]):
                 caches.remove(cache)
             if not caches:
                 self._by_root.pop(root, None)
+            self._covering = {}
 
-    def covering(self, path: str) -> list[C]:
+    def covering(self, path: str) -> tuple[C, ...]:
         """Every cache whose root is ``path`` or one of its ancestors."""
+        memo = self._covering  # taken first: add/remove meanwhile replace it, never fill it
+        known = memo.get(path)
+        if known is not None:
+            return known
         found: list[C] = []
         node = path
         while True:
             found += self._by_root.get(node, ())
             if node == "/":
-                return found
+                break
             node = parent_of(node)
+        if len(memo) < 50_000:
+            memo[path] = tuple(found)
+        return tuple(found)
 
     def all(self) -> list[C]:
         with self._lock:

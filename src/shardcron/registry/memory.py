@@ -38,7 +38,15 @@ from shardcron.registry import (
     SetData,
     Stat,
 )
-from shardcron.registry.cache import CacheIndex, EventThread, LocalTree, is_below, join, parent_of
+from shardcron.registry.cache import (
+    CacheIndex,
+    EventSink,
+    EventThread,
+    LocalTree,
+    is_below,
+    join,
+    parent_of,
+)
 
 
 @dataclass(slots=True)
@@ -64,14 +72,12 @@ class _Node:
         )
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class MemoryServer:
     """The shared tree. Thread-safe; every change notifies the watching sessions."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        """``clock`` gives node times (epoch seconds); the simulation passes its virtual one."""
+        self.clock = clock
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self._zxid = 0
@@ -142,7 +148,7 @@ class MemoryServer:
             pnode.sequence += 1
         if path in self._nodes:
             raise NodeExistsError(path)
-        now = _now_ms()
+        now = int(self.clock() * 1000)
         self._nodes[path] = _Node(
             op.data, self._zxid, self._zxid, now, now, owner=sid if op.ephemeral else 0
         )
@@ -157,7 +163,7 @@ class MemoryServer:
         node.data = op.data
         node.version += 1
         node.mzxid = self._zxid
-        node.mtime_ms = _now_ms()
+        node.mtime_ms = int(self.clock() * 1000)
         self._notify(op.path, op.data)
         return node.stat()
 
@@ -265,7 +271,14 @@ def _copy(node: _Node) -> _Node:
 class MemoryRegistry:
     """One session on a :class:`MemoryServer` (a fresh private server if none is given)."""
 
-    def __init__(self, server: MemoryServer | None = None, namespace: str = "shardcron") -> None:
+    def __init__(
+        self,
+        server: MemoryServer | None = None,
+        namespace: str = "shardcron",
+        events: EventSink | None = None,
+    ) -> None:
+        """``events`` runs this session's cache updates and listener calls in order (one
+        thread by default; the simulation passes its own deterministic queue)."""
         self.server = server or MemoryServer()
         self._namespace = namespace
         self._root = f"/{namespace}"
@@ -273,10 +286,11 @@ class MemoryRegistry:
         self._requests = 0
         self._started = False
         self._connected = False
+        self._link_up = True  # this session's own connection (see disconnect)
         self._listeners: list[SessionListener] = []
         self._caches: CacheIndex[LocalTree] = CacheIndex()
         self._batch: list[tuple[str, bytes | None]] | None = None
-        self._events = EventThread(f"shardcron-memory-{namespace}")
+        self._events = events or EventThread(f"shardcron-memory-{namespace}")
 
     @property
     def namespace(self) -> str:
@@ -321,7 +335,40 @@ class MemoryRegistry:
 
     def _run(self, fn: Callable[[], object]) -> object:
         self._requests += 1
+        self._check_link()
         return self.server.run(self._sid, fn)
+
+    def _check_link(self) -> None:
+        if not self._link_up:
+            raise ConnectionLostError("embedded registry: this session is disconnected")
+
+    # -- one session's connection (fault injection) -----------------------------------------
+
+    def disconnect(self) -> None:
+        """Drop this session's connection only: requests fail fast, the caches stop
+        hearing changes, listeners get SUSPENDED. The session itself lives on the server
+        until :meth:`reconnect` or until the server expires it."""
+        if not self._link_up:
+            return
+        self._link_up = False
+        self._connected = False
+        self._publish(SessionState.SUSPENDED)
+
+    def reconnect(self) -> None:
+        """Back after :meth:`disconnect`: on the same session if the server kept it
+        (caches resync, then RECONNECTED), else EXPIRED and a new session, as ZooKeeper
+        tells a client only once it reaches the server again."""
+        if self._link_up:
+            return
+        self._link_up = True
+        if not self._started:
+            return
+        if self._sid not in self.server._sessions:
+            self._expired()
+            return
+        self._connected = self.server.up
+        self._resync()
+        self._publish(SessionState.RECONNECTED)
 
     def get(self, path: str) -> bytes | None:
         def read() -> bytes | None:
@@ -377,6 +424,7 @@ class MemoryRegistry:
 
     def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
         self._requests += 1
+        self._check_link()
         full_ops: list[Op] = []
         for op in ops:
             if isinstance(op, Create):
@@ -415,6 +463,7 @@ class MemoryRegistry:
             loaded.set()
 
         self._requests += 1
+        self._check_link()
         with self.server.lock:
             self.server._check_live(self._sid)
             snapshot = {
@@ -439,6 +488,8 @@ class MemoryRegistry:
     # -- called by the server, under its lock --------------------------------------------
 
     def _node_changed(self, full_path: str, data: bytes | None) -> None:
+        if not self._caches:
+            return  # nothing to update (a session that only writes, like an operator's)
         if not is_below(full_path, self._root) or full_path == self._root:
             return
         change = (self._strip(full_path), data)
@@ -456,6 +507,9 @@ class MemoryRegistry:
             self._deliver(batch)
 
     def _deliver(self, changes: list[tuple[str, bytes | None]]) -> None:
+        if not self._link_up:
+            return  # a disconnected client hears nothing; reconnect() resyncs its caches
+
         def apply() -> None:
             for path, data in changes:
                 for cache in self._caches.covering(path):
@@ -470,6 +524,8 @@ class MemoryRegistry:
 
     def _expired(self) -> None:
         self._connected = False
+        if not self._link_up:
+            return  # a disconnected client learns of the expiry when it reconnects
         self._publish(SessionState.EXPIRED)
         if self._started and self.server.up:
             self._sid = self.server.open_session(self)
@@ -478,6 +534,8 @@ class MemoryRegistry:
             self._publish(SessionState.CONNECTED)
 
     def _connection_changed(self, up: bool) -> None:
+        if not self._link_up:
+            return  # this session's own link is down; reconnect() reports for it
         self._connected = up
         self._publish(SessionState.RECONNECTED if up else SessionState.SUSPENDED)
 

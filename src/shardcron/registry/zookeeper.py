@@ -29,11 +29,12 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import Watch, write_string
 from kazoo.recipe.lock import Lock as KazooLock
 from kazoo.retry import KazooRetry, RetryFailedError
-from kazoo.security import CREATOR_ALL_ACL
+from kazoo.security import CREATOR_ALL_ACL, Permissions, make_digest_acl
 
 from shardcron.config import RegistryConfig
 from shardcron.errors import (
     BadVersionError,
+    ConfigError,
     ConnectionLostError,
     NodeExistsError,
     NoNodeError,
@@ -57,6 +58,8 @@ from shardcron.registry import (
 from shardcron.registry.cache import CacheIndex, EventThread, LocalTree, join
 
 log = logging.getLogger(__name__)
+# Any of these for world:anyone means an anonymous client can change the jobs.
+_CHANGE_PERMS = Permissions.WRITE | Permissions.CREATE | Permissions.DELETE | Permissions.ADMIN
 
 _CREATED, _DELETED, _CHANGED = 1, 2, 3
 _PERSISTENT_RECURSIVE = 1
@@ -240,6 +243,50 @@ class ZooKeeperRegistry:
             elif self.client.exists("/") is None:
                 self.close()
                 raise NoNodeError(f"namespace /{self._namespace} does not exist")
+        if self._config.digest and self.world_writable():
+            log.warning(
+                "namespace /%s is writable by anyone who reaches ZooKeeper (it was created "
+                "without a digest), so anyone can change these jobs' schedules; apply the "
+                "digest ACL once with: shardcron acl --registry zk://USER:PASSWORD@%s/%s",
+                self._namespace,
+                self._config.servers,
+                self._namespace,
+            )
+
+    # -- ACLs ---------------------------------------------------------------------------
+
+    def world_writable(self) -> bool:
+        """True when the namespace root lets an unauthenticated client change it."""
+        with _errors(f"read the ACL of /{self._namespace}"):
+            acls, _ = self.client.get_acls("/")
+        return any(acl.id.scheme == "world" and acl.perms & _CHANGE_PERMS for acl in acls)
+
+    def apply_digest_acl(self) -> int:
+        """Give every node of the namespace (and the namespace itself) the ACL of this
+        session's digest: all rights to that user, none to anyone else. Returns the count.
+
+        Nodes created before the digest was configured keep the open ACL they were created
+        with; this is the one-off fix. Nodes made later by a digest session get it anyway.
+        """
+        digest = self._config.digest
+        if not digest:
+            raise ConfigError("registry.digest", "required: zk://USER:PASSWORD@HOST:PORT/NS")
+        user, _, password = digest.partition(":")
+        acl = [make_digest_acl(user, password, all=True)]
+        count = 0
+        pending = ["/"]
+        with _errors(f"set the ACLs of /{self._namespace}"):
+            while pending:
+                path = pending.pop()
+                try:
+                    # Children first read, then the node locked: the walk still sees them.
+                    children = self.client.get_children(path)
+                    self.client.set_acls(path, acl)
+                except kx.NoNodeError:
+                    continue  # deleted while we walked (an ephemeral node, a finished claim)
+                count += 1
+                pending += [f"{path.rstrip('/')}/{child}" for child in children]
+        return count
 
     def close(self) -> None:
         self._closing = True

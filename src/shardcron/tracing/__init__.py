@@ -47,6 +47,7 @@ from shardcron.events import (
 )
 from shardcron.model import ExecutionSource, task_id
 from shardcron.paths import INSTANCE_DELIMITER, instance_ip
+from shardcron.secrecy import redact_text
 
 # Not named ``log``: the ``log`` submodule would replace it as a package attribute.
 logger = logging.getLogger(__name__)
@@ -237,7 +238,7 @@ class Tracer:
             execution_type="FAILOVER" if source is ExecutionSource.FAILOVER else "READY",
             sharding_item="[" + ", ".join(str(i) for i in items) + "]",
             state=str(state),
-            message=message[:TEXT_LIMIT],
+            message=redact_text(message)[:TEXT_LIMIT],
             creation_time=datetime.fromtimestamp(event.at),
         )
 
@@ -367,7 +368,7 @@ class Tracer:
 def failure_cause(error: BaseException) -> str:
     """The error's traceback as the execution log keeps it: at most 4000 characters."""
     text = "".join(traceback.format_exception(error))
-    return text[:TEXT_LIMIT]
+    return redact_text(text)[:TEXT_LIMIT]  # a trace row is read by every console user
 
 
 def open_tracer(

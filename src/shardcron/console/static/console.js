@@ -17,6 +17,7 @@ function follow(section) {
         return;
       }
       if (!response.ok) throw new Error(String(response.status));
+      showRegistry(response.headers.get("x-registry"));
       const html = await response.text();
       if (html !== shown) {
         section.innerHTML = html;
@@ -35,6 +36,15 @@ function follow(section) {
       loop();
     }, every);
   })();
+}
+
+// Each refresh says whether the console reaches the registry ("connected" or "down"): the
+// banner follows it, so an outage shows on a page that stays open, and so does the recovery.
+function showRegistry(state) {
+  if (!state) return;
+  const banner = document.getElementById("registry-down");
+  if (banner) banner.hidden = state === "connected";
+  document.body.dataset.registry = state;
 }
 
 document.querySelectorAll("[data-live]").forEach(follow);

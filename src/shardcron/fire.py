@@ -1,0 +1,237 @@
+"""The fire path: one claimed fire's contexts, lanes, listeners, error reports, events.
+
+The runtime claims items and hands a :class:`Fire` to :meth:`FirePath.begin`. From there
+every step is decided on the coordinator thread, and every piece of user code (listeners,
+the item itself, error handlers, observers of item events) runs as *work* on a worker
+through :meth:`Host.execute`, whose result comes back to the coordinator. At most
+``workers`` items of a fire run at once (the job's lanes). When the last item returns,
+``on_done(fire)`` tells the runtime to complete the fire in the registry, and the
+``after`` listeners run.
+
+Anything an item raises, :class:`BaseException` included (``SystemExit``,
+``KeyboardInterrupt``, a cancelled coroutine), fails that item only: the fire completes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from shardcron import execution
+from shardcron.events import Event, FireState, FireStatus, ItemFinished, ItemStarted
+from shardcron.jobs import ItemRunner
+from shardcron.listeners import JobListener
+from shardcron.model import ExecutionSource, FireContext, ShardingContext
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+ErrorHandler = Callable[[str, ShardingContext | None, BaseException], None]
+
+
+class Host(Protocol):
+    """The edges of coordination: the clock, the coordinator queue and the workers."""
+
+    def now(self) -> float:
+        """Epoch seconds (virtual in the simulation)."""
+        ...
+
+    def coordinate(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the coordinator thread, after what is queued there."""
+        ...
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the coordinator thread ``delay`` seconds from now."""
+        ...
+
+    def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
+        """Run ``work`` (user code) on a worker, then ``then(result)`` on the coordinator."""
+        ...
+
+    @property
+    def chains_items(self) -> bool:
+        """Whether a lane's worker starts the fire's next waiting item itself (saves two
+        thread hand-offs per item in production; the simulation runs one item a step)."""
+        ...
+
+
+@dataclass(eq=False)
+class Fire:
+    """The items of one dispatch, counted down as lanes finish them."""
+
+    items: list[int]
+    claim: execution.Claim
+    source: ExecutionSource
+    session: int
+    context: FireContext | None = None
+    errors: dict[int, BaseException] = field(default_factory=dict)
+    waiting: deque[ShardingContext] = field(default_factory=deque)
+    active: int = 0
+    ended: bool = False  # the after listeners and the final status were sent
+
+
+@dataclass
+class FirePath:
+    job: str
+    instance: str
+    ip: str
+    host: Host
+    runner: ItemRunner
+    listeners: list[JobListener]
+    error_handler: ErrorHandler
+    emit: Callable[[Event], None]
+    on_done: Callable[[Fire], None]
+    # Whether the fire's claim still holds; items refused are handed to ``on_refused``.
+    may_start: Callable[[Fire], bool]
+    on_refused: Callable[[Fire, list[int]], None]
+
+    def begin(
+        self,
+        fire: Fire,
+        contexts: list[ShardingContext],
+        total: int,
+        parameter: str,
+        lanes: int,
+    ) -> None:
+        fire.context = FireContext(
+            job_name=self.job,
+            task_id=contexts[0].task_id,
+            instance=self.instance,
+            sharding_total_count=total,
+            job_parameter=parameter,
+            items={c.sharding_item: c.sharding_parameter for c in contexts},
+            source=fire.source,
+        )
+        fire.waiting.extend(contexts)
+        self._status(fire, FireState.TASK_STAGING)
+
+        def before() -> None:
+            assert fire.context is not None
+            for listener in self.listeners:
+                self.call_listener(listener.before_job_executed, fire.context)
+            self._status(fire, FireState.TASK_RUNNING)
+
+        if self.listeners:  # user code: on a worker
+            self.host.execute(before, lambda _: self._fill_lanes(fire, lanes))
+        else:
+            before()
+            self._fill_lanes(fire, lanes)
+
+    def _fill_lanes(self, fire: Fire, lanes: int) -> None:
+        if fire.waiting and not self.may_start(fire):
+            refused = [ctx.sharding_item for ctx in fire.waiting]
+            fire.waiting.clear()
+            self.on_refused(fire, refused)
+            if fire.active == 0:
+                self.on_done(fire)
+            return
+        while fire.waiting and fire.active < lanes:
+            ctx = fire.waiting.popleft()
+            fire.active += 1
+            self.host.execute(
+                lambda ctx=ctx: self._run_lane(fire, ctx),  # type: ignore[misc]
+                lambda done: self._lane_done(fire, done, lanes),
+            )
+
+    def _run_lane(
+        self, fire: Fire, ctx: ShardingContext
+    ) -> list[tuple[ShardingContext, BaseException | None]]:
+        """Work: run ``ctx``, then (where the host chains) the fire's next waiting items
+        while the claim holds. ``popleft`` is atomic, so lanes never take the same item."""
+        done = [(ctx, self.run_item(ctx))]
+        while self.host.chains_items and fire.waiting and self.may_start(fire):
+            try:
+                ctx = fire.waiting.popleft()
+            except IndexError:
+                break
+            done.append((ctx, self.run_item(ctx)))
+        return done
+
+    def _lane_done(
+        self, fire: Fire, done: list[tuple[ShardingContext, BaseException | None]], lanes: int
+    ) -> None:
+        fire.active -= 1
+        for ctx, error in done:
+            if error is not None:
+                fire.errors[ctx.sharding_item] = error
+        if fire.waiting:
+            self._fill_lanes(fire, lanes)
+        elif fire.active == 0:
+            self.on_done(fire)
+
+    def end(self, fire: Fire) -> None:
+        """After the registry completion: the ``after`` listeners and the fire's status."""
+        if fire.context is None:
+            return  # never started
+
+        def after() -> None:
+            assert fire.context is not None
+            for listener in self.listeners:
+                self.call_listener(listener.after_job_executed, fire.context)
+            if fire.errors:
+                failed = "; ".join(f"item {i}: {e!r}" for i, e in sorted(fire.errors.items()))
+                self._status(fire, FireState.TASK_ERROR, failed)
+            else:
+                self._status(fire, FireState.TASK_FINISHED)
+
+        self.host.execute(after, lambda _: None)
+
+    # -- work (worker threads) ------------------------------------------------------------
+
+    def run_item(self, ctx: ShardingContext) -> BaseException | None:
+        self.emit(ItemStarted(job_name=self.job, instance=self.instance, context=ctx, ip=self.ip))
+        started = time.time()
+        error: BaseException | None = None
+        try:
+            self.runner(ctx)
+        except BaseException as exc:  # noqa: BLE001 - user code fails its item only, whatever it raises
+            error = exc
+            self.report(ctx, exc)
+        self.emit(
+            ItemFinished(
+                job_name=self.job,
+                instance=self.instance,
+                context=ctx,
+                ip=self.ip,
+                started_at=started,
+                error=error,
+            )
+        )
+        return error
+
+    def report(self, ctx: ShardingContext | None, error: BaseException) -> bool:
+        """Hand ``error`` to the job's error handler; False if the handler raised (THROW).
+
+        Nothing a handler does may leave the fire half-way: it is always caught here.
+        """
+        try:
+            self.error_handler(self.job, ctx, error)
+        except BaseException as raised:
+            if raised is not error:
+                log.exception("job %s: the error handler itself failed", self.job)
+            return False
+        return True
+
+    def call_listener(self, hook: Callable[[FireContext], None], context: FireContext) -> None:
+        try:
+            hook(context)
+        except Exception as exc:  # noqa: BLE001 - a listener's failure must not stop the fire
+            self.report(None, exc)
+
+    def _status(self, fire: Fire, state: FireState, message: str = "") -> None:
+        assert fire.context is not None
+        self.emit(
+            FireStatus(
+                job_name=self.job,
+                instance=self.instance,
+                task_id=fire.context.task_id,
+                items=tuple(fire.items),
+                source=fire.source,
+                state=state,
+                message=message,
+            )
+        )

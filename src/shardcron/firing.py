@@ -1,0 +1,469 @@
+"""The fire side of one job on one instance: its timer, claims, runs and completions.
+
+:class:`Firing` belongs to a :class:`shardcron.runtime.JobRuntime` and, like it, runs on
+the coordinator thread only. It arms the next fire from the job's trigger, claims the
+instance's items ahead of the second (one multi-op), hands them to the fire path
+(:mod:`shardcron.fire`) on the second, completes the claim when the last item returns
+(one multi-op), re-runs misfired items once, and claims queued failover items. A fire
+found while resharding is pending waits (one per job, coalesced) for the new layout
+instead of holding a thread. A claim or completion whose answer was lost stays listed
+until :meth:`Firing.resolve` settles it from the registry after the reconnect.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from shardcron import execution, failover, membership, sharding
+from shardcron.errors import ClockSkewError, RegistryError, ShardcronError, TransactionError
+from shardcron.events import FailoverClaimed, ItemsSkipped
+from shardcron.fire import Fire, FirePath
+from shardcron.model import ExecutionSource, ShardingContext, task_id
+from shardcron.paths import INSTANCE_DELIMITER
+
+if TYPE_CHECKING:
+    from shardcron.runtime import JobRuntime
+
+log = logging.getLogger(__name__)
+
+CLOCK_REFRESH_SECONDS = 60.0
+# How long a busy instance leaves queued failover items to idle ones before it takes them.
+FAILOVER_GRACE_SECONDS = 0.1
+# A fire found this late is not run: it was missed (a stall, a clock jump), not late.
+MAX_LATENESS_SECONDS = 1.0
+CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A fire waiting for resharding to finish."""
+
+    when: float
+    source: ExecutionSource
+    only: list[int] | None
+
+
+class Firing:
+    def __init__(self, rt: JobRuntime, path: FirePath) -> None:
+        self.rt = rt
+        self.path = path
+        self.idle = threading.Event()  # set while no item of this job runs here
+        self.idle.set()
+        self._timer = 0  # bumped to cancel the armed fire
+        self._reserved: set[int] = set()  # items claimed or being claimed here
+        self._fires: list[Fire] = []  # fires in flight (running, or completion pending)
+        self._unsure: list[Fire] = []  # claims whose answer was lost
+        self._unfinished: list[Fire] = []  # completions whose answer was lost
+        self._misfired: set[int] = set()  # local record, ahead of the registry flag
+        self._pending: _Pending | None = None
+        self._clock_offset = 0.0
+        self._clock_checked_at = -CLOCK_REFRESH_SECONDS
+
+    @property
+    def running_items(self) -> list[int]:
+        return sorted(i for fire in self._fires for i in fire.items)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._fires)
+
+    def reserved(self, item: int) -> bool:
+        return item in self._reserved
+
+    def stop(self) -> None:
+        """No new fire; hand back claims made ahead of a second that has not come."""
+        self._timer += 1
+        self._pending = None
+        for fire in [f for f in self._fires if f.context is None and f not in self._unsure]:
+            self.complete(fire)
+
+    def claim_holds(self, fire: Fire) -> bool:
+        """Items start only while the session that claimed them lives (as far as we know)."""
+        return not self.rt.suspended and fire.session == self.rt.registry.session_id
+
+    def has_misfire(self, item: int) -> bool:
+        return item in self._misfired  # read from the event thread: a hint, healed if stale
+
+    def misfired(self, item: int) -> None:
+        self._misfired.add(item)
+
+    def resolve(self) -> None:
+        """Settle the requests whose answers were lost, from what the registry holds. A
+        fire leaves its list only once settled: a fault meanwhile leaves it for next time."""
+        for fire in self._unsure[:]:
+            applied = execution.settle(self.rt.registry, self.rt.paths, fire.items)
+            self._unsure.remove(fire)
+            if applied.items:
+                # The claim went through: run it, late, as the one run of its fire.
+                self._release([i for i in fire.items if i not in applied.items])
+                fire.claim, fire.items = applied, applied.items
+                self._dispatch(fire)
+            else:
+                self._drop(fire)
+                if fire.source is not ExecutionSource.FAILOVER:
+                    self.skip(fire.items, "registry connection lost while claiming")
+        for fire in self._unfinished[:]:
+            self._unfinished.remove(fire)
+            self.complete(fire)  # puts it back if the registry fails again
+
+    # -- fires --------------------------------------------------------------------------
+
+    def arm(self, after: float | None = None) -> None:
+        """Arm the timer for the first fire after ``after`` (default: now); the one armed
+        before is cancelled."""
+        self._timer += 1
+        if self.rt.trigger is None or self.rt.stopped:
+            return
+        token, now = self._timer, self.rt.host.now()
+        start = now if after is None else max(after, now - MAX_LATENESS_SECONDS)
+        moment = self.rt.trigger.next_fire(datetime.fromtimestamp(start, UTC))
+        if moment is None:
+            return
+        when = moment.timestamp()
+
+        def due() -> None:
+            if token != self._timer:
+                return
+            late = self.rt.host.now() - when
+            if late <= MAX_LATENESS_SECONDS:
+                self.rt.guarded(lambda: self.fire(start_at=when), "fire")
+            else:
+                log.warning("job %s: fire of %s missed by %.1fs", self.rt.name, when, late)
+            self.arm(after=when)
+
+        # The claim's answer comes after the watch events of its own writes, which grow with
+        # the items claimed: the lead grows with them too (items still start on the second).
+        lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * len(self.local_items(None))
+        self.rt.host.call_later(max(0.0, when - lead - now), due)
+
+    def fire(
+        self,
+        source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER,
+        only: list[int] | None = None,
+        start_at: float | None = None,
+    ) -> None:
+        """Claim this instance's items now and run them at ``start_at`` (or at once)."""
+        when = self.rt.host.now() if start_at is None else start_at
+        if self.rt.stopped:
+            return
+        if self.rt.suspended:
+            self.skip(self.local_items(only), "registry connection lost")
+            return
+        try:
+            if not self._clock_ok():
+                return
+            if self.rt.reshard_due or sharding.is_necessary(self.rt.cache, self.rt.paths):
+                if self._pending is not None and self._pending.when != when:
+                    # This newer fire runs the same items: no misfire re-run on top of it.
+                    superseded = self.local_items(self._pending.only)
+                    self.skip(superseded, "resharding in progress", misfire=False)
+                self._pending = _Pending(when, source, only)
+                if self.rt.is_leader():
+                    self.rt.reshard()
+                return
+            items = self._fire_items(only)
+            busy = [i for i in items if i in self._reserved]
+            if busy:
+                self.skip(busy, "still running from an earlier fire")
+            free = [i for i in items if i not in self._reserved]
+            if free:
+                self._claim_and_run(free, source, when)
+        except ShardcronError as exc:  # registry faults, a broken custom strategy
+            error: ShardcronError = exc
+            self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)
+
+    def run_pending(self) -> None:
+        pending = self._pending
+        if self.rt.reshard_due and not self.rt.is_leader():
+            self.rt.reshard_due = False  # leadership moved on: the new leader reshards
+        if pending is None or self.rt.stopped or self.rt.reshard_due:
+            return
+        if sharding.is_necessary(self.rt.cache, self.rt.paths):
+            return
+        self._pending = None
+        self.fire(pending.source, pending.only, max(pending.when, self.rt.host.now()))
+
+    def local_items(self, only: list[int] | None) -> list[int]:
+        total = self.rt.config.sharding_total_count
+        items = sharding.local_items(self.rt.cache, self.rt.paths, self.rt.instance, total)
+        return [i for i in items if only is None or i in only]
+
+    def _clock_ok(self) -> bool:
+        """The time-diff check: compare with the registry's clock, measured once a minute."""
+        limit = self.rt.config.max_time_diff_seconds
+        if limit < 0:
+            return True
+        now = self.rt.host.now()
+        if now - self._clock_checked_at > CLOCK_REFRESH_SECONDS:
+            self._clock_offset = self.rt.registry.server_time(self.rt.paths.system_time) - now
+            self._clock_checked_at = now
+        if abs(self._clock_offset) <= limit:
+            return True
+        error = ClockSkewError(
+            f"job {self.rt.name!r}: local clock differs from the registry's by "
+            f"{self._clock_offset:+.1f}s, more than maxTimeDiffSeconds={limit}; sync this host's "
+            "clock (NTP) or raise maxTimeDiffSeconds"
+        )
+        return self.path.report(None, error)  # a THROW handler aborts this fire, as in Java
+
+    def _fire_items(self, only: list[int] | None) -> list[int]:
+        cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
+        if not membership.server_enabled(cache, paths, self.rt.ip):
+            return []
+        if not cache.exists(paths.instance(self.rt.instance)):
+            return []
+        items = [i for i in self.local_items(only) if not cache.exists(paths.disabled(i))]
+        if cfg.failover:
+            taken = failover.items_failed_over_elsewhere(cache, paths, items)
+            taken |= set(failover.queued(cache, paths))
+            items = [i for i in items if i not in taken]
+        return items
+
+    def _reserve(self, items: list[int]) -> None:
+        self._reserved.update(items)
+        if items:
+            self.idle.clear()
+
+    def _release(self, items: list[int]) -> None:
+        self._reserved.difference_update(items)
+
+    def _claim_and_run(self, items: list[int], source: ExecutionSource, when: float) -> None:
+        cfg = self.rt.config
+        fire = Fire(items, execution.Claim(items=list(items)), source, self.rt.registry.session_id)
+        self._reserve(items)
+        self._fires.append(fire)
+        if cfg.monitor_execution:
+            try:
+                fire.claim = execution.claim(
+                    self.rt.registry, self.rt.cache, self.rt.paths, items, self.rt.instance
+                )
+            except TransactionError:
+                self._drop(fire)
+                raise
+            except RegistryError:
+                self._unsure.append(fire)  # settled by resolve() once reconnected
+                raise
+        if fire.claim.contended:
+            self.skip(fire.claim.contended, "still running on another instance")
+            self._release(fire.claim.contended)
+        fire.items = fire.claim.items
+        if not fire.items:
+            self._drop(fire)
+            return
+        wait = when - self.rt.host.now()
+        if wait > 0:  # claimed ahead of time: start the items on schedule
+            self.rt.host.call_later(
+                wait, lambda: self.rt.guarded(lambda: self._dispatch(fire), "dispatch")
+            )
+        else:
+            self._dispatch(fire)
+
+    def _drop(self, fire: Fire) -> None:
+        self._release(fire.items)
+        if fire in self._fires:
+            self._fires.remove(fire)
+        if not self._fires:
+            self.idle.set()
+            if self.rt.stopped:
+                self.rt.deregister()
+
+    def skip(self, items: list[int], reason: str, misfire: bool = True) -> None:
+        if not items:
+            return
+        misfire = misfire and self.rt.config.misfire
+        log.info("job %s: items %s skipped: %s", self.rt.name, items, reason)
+        self.rt.emit(
+            ItemsSkipped(
+                job_name=self.rt.name,
+                instance=self.rt.instance,
+                items=tuple(items),
+                reason=reason,
+                misfire=misfire,
+            )
+        )
+        if misfire:
+            self._misfired.update(items)
+            if self.rt.config.monitor_execution and not self.rt.suspended:
+                try:
+                    execution.mark_misfire(self.rt.registry, self.rt.cache, self.rt.paths, items)
+                except RegistryError as exc:
+                    log.info("job %s: misfire flags not written (%s)", self.rt.name, exc)
+
+    def _dispatch(self, fire: Fire) -> None:
+        if fire not in self._fires:
+            return  # handed back by a stop before its second came
+        if not self.claim_holds(fire):
+            # The claim may have died with the session meanwhile: never start on it.
+            self.skip(fire.items, "registry session lost before the items started")
+            self.complete(fire)
+            return
+        cfg = self.rt.config
+        params = cfg.sharding_parameters()
+        tid = task_id(
+            self.rt.name, fire.items, self.rt.ip, self.rt.instance.split(INSTANCE_DELIMITER)[-1]
+        )
+        contexts = [
+            ShardingContext(
+                job_name=self.rt.name,
+                task_id=tid,
+                sharding_total_count=cfg.sharding_total_count,
+                job_parameter=cfg.job_parameter,
+                sharding_item=item,
+                sharding_parameter=params.get(item),
+                fencing_token=fire.claim.token,
+                source=fire.source,
+                _claim_check=self._claim_check(item, fire.claim.token),
+                _keep_going=self.keep_going,
+            )
+            for item in fire.items
+        ]
+        self.path.begin(
+            fire, contexts, cfg.sharding_total_count, cfg.job_parameter, self.rt.workers
+        )
+
+    def keep_going(self) -> bool:
+        return (
+            not self.rt.stopped
+            and not self.rt.suspended
+            and self.rt.registry.connected
+            and not sharding.is_necessary(self.rt.cache, self.rt.paths)
+        )
+
+    def _claim_check(self, item: int, token: int) -> Callable[[], bool]:
+        if not self.rt.config.monitor_execution:
+            return lambda: not self.rt.stopped
+        return lambda: execution.is_current(self.rt.registry, self.rt.paths, item, token)
+
+    def complete(self, fire: Fire) -> None:
+        """All items returned: the ``after`` listeners and the fire's status, then remove
+        the claim (conditional on it). A lost answer leaves the claim pending, and its items
+        reserved here: :meth:`resolve` retries it after the reconnect."""
+        paths = self.rt.paths
+        if not fire.ended:
+            fire.ended = True
+            self.path.end(fire)
+        if fire.claim.versions:
+            extra = (
+                {i: failover.complete_ops(paths, i) for i in fire.items}
+                if fire.source is ExecutionSource.FAILOVER
+                else None
+            )
+            try:
+                execution.complete(self.rt.registry, paths, fire.claim.versions, extra)
+            except RegistryError as exc:
+                log.warning("job %s: completion of %s pending (%s)", self.rt.name, fire.items, exc)
+                if fire not in self._unfinished:
+                    self._unfinished.append(fire)
+                return
+        self._drop(fire)
+        if self.rt.stopped:
+            return
+        if fire.source is not ExecutionSource.FAILOVER:
+            self.rerun_misfires(fire.items)
+        self.failover_pass(phase=1)
+
+    # -- misfire --------------------------------------------------------------------------
+
+    def rerun_misfires(self, items: list[int]) -> None:
+        if (
+            not self.rt.config.misfire
+            or self.rt.stopped
+            or self.rt.suspended
+            or self.rt.reshard_due
+        ):
+            return
+        cache, paths = self.rt.cache, self.rt.paths
+        if sharding.is_necessary(cache, paths):
+            return
+        flagged = set(execution.misfired(cache, paths, items)) | (self._misfired & set(items))
+        mine = set(self.local_items(None))
+        ready = sorted(
+            i
+            for i in flagged & mine
+            if i not in self._reserved and not cache.exists(paths.running(i))
+        )
+        taken = []
+        for item in ready:
+            # Only the path that deletes the registry flag re-runs the item; a flag that
+            # exists only here (monitorExecution off, or a write that failed) is ours.
+            flag = self.rt.config.monitor_execution and cache.exists(paths.misfire(item))
+            try:
+                if not flag or execution.take_misfire(self.rt.registry, paths, item):
+                    taken.append(item)
+                self._misfired.discard(item)
+            except RegistryError:
+                self._misfired.add(item)  # outcome unknown: the local record re-runs it
+        if taken:
+            log.info("job %s: running misfired items %s", self.rt.name, sorted(taken))
+            self.fire(ExecutionSource.MISFIRE, only=sorted(taken))
+
+    # -- failover -------------------------------------------------------------------------
+
+    def failover_pass(self, phase: int) -> None:
+        """Claim queued failover items: own share first, then, after a grace, the rest."""
+        cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
+        if not cfg.failover or self.rt.stopped or self.rt.suspended:
+            return
+        if not membership.server_enabled(cache, paths, self.rt.ip):
+            return
+        queue = [i for i in failover.queued(cache, paths) if i < cfg.sharding_total_count]
+        if not queue:
+            return
+        available = membership.available_instances(cache, paths)
+        todo = failover.to_claim(
+            queue,
+            available,
+            self.rt.instance,
+            idle=not self._reserved,
+            anyone_else_idle=self._anyone_idle(available),
+            phase=phase,
+        )
+        for item in todo:
+            if item in failover.queued(cache, paths) and item not in self._reserved:
+                self._claim_failover(item)
+        if phase < 2 and failover.queued(cache, paths):
+            self.rt.host.call_later(
+                FAILOVER_GRACE_SECONDS,
+                lambda: self.rt.guarded(lambda: self.failover_pass(phase + 1), "failover"),
+            )
+
+    def _anyone_idle(self, instances: list[str]) -> bool:
+        """Whether some instance runs none of its items (as far as the cache shows)."""
+        cache, paths, total = self.rt.cache, self.rt.paths, self.rt.config.sharding_total_count
+        busy = {
+            sharding.owner(cache, paths, i) for i in range(total) if cache.exists(paths.running(i))
+        }
+        return any(instance not in busy for instance in instances if instance != self.rt.instance)
+
+    def _claim_failover(self, item: int) -> None:
+        fire = Fire([item], execution.Claim(items=[item]), ExecutionSource.FAILOVER, 0)
+        fire.session = self.rt.registry.session_id
+        self._reserve([item])
+        self._fires.append(fire)
+        try:
+            fire.claim = execution.claim(
+                self.rt.registry,
+                self.rt.cache,
+                self.rt.paths,
+                [item],
+                self.rt.instance,
+                extra=failover.claim_ops(self.rt.paths, item, self.rt.instance),
+                trust_cache=False,
+            )
+        except TransactionError:
+            self._drop(fire)
+            return  # another instance took it first
+        except RegistryError:
+            self._unsure.append(fire)
+            raise
+        if not fire.claim.items:
+            self._drop(fire)
+            return  # running again already: the sweep settles the queue entry
+        log.warning("job %s: took over item %d from a lost instance", self.rt.name, item)
+        self.rt.emit(FailoverClaimed(job_name=self.rt.name, instance=self.rt.instance, item=item))
+        self._dispatch(fire)

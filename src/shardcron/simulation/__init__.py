@@ -1,0 +1,12 @@
+"""Seeded fault exploration on virtual time (issue 12, points 7 and 8).
+
+Many instances of :class:`shardcron.runtime.JobRuntime` run on one embedded registry,
+on a virtual clock, single-threaded, with faults injected at the registry boundary and
+operators acting, all drawn from one seed; :mod:`shardcron.simulation.checks` states and
+checks the invariants. ``python -m shardcron.simulation --seeds N`` explores seeds;
+``--seed S --verbose`` replays one with its timeline.
+"""
+
+from shardcron.simulation.scenario import Result, run_seed
+
+__all__ = ["Result", "run_seed"]

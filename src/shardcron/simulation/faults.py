@@ -1,0 +1,241 @@
+"""The fault layer: a :class:`Registry` wrapper that breaks chosen requests.
+
+For any request (get, stat, children, create, put, delete, transaction, server_time) a
+planted :class:`Fault` can fail it *before* it is applied or apply it and lose the
+*answer*; either way the caller gets :class:`ConnectionLostError` and the session's
+connection drops for a drawn virtual delay (``MemoryRegistry.disconnect``). While it is
+down every request fails fast; if the outage outlasts the session timeout the server
+expires the session, and the client learns it on reconnecting (EXPIRED, a new session,
+CONNECTED). Expiry and cache lag are driven by the scenario (see ``scenario.py``).
+
+:func:`kind_of` names the coordination request kind from the ops it carries, so the
+systematic fault points (``tests/test_fault_points.py``) can aim at one kind exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeVar
+
+from shardcron.errors import ConnectionLostError, RegistryError
+from shardcron.paths import JobPaths, job_of
+from shardcron.registry import (
+    Check,
+    Create,
+    Delete,
+    Lock,
+    NodeListener,
+    Op,
+    OpResult,
+    SessionListener,
+    SetData,
+    Stat,
+    TreeCache,
+)
+from shardcron.registry.memory import MemoryRegistry
+
+T = TypeVar("T")
+
+
+class Timing(StrEnum):
+    BEFORE = "lost-before-applied"
+    AFTER = "applied-answer-lost"
+
+
+class Kind(StrEnum):
+    """Coordination request kinds, told apart by the paths their ops touch."""
+
+    CLAIM = "claim"
+    COMPLETION = "completion"
+    FAILOVER_CLAIM = "failover-claim"
+    FAILOVER_QUEUE = "failover-queue"
+    RESHARD_PROCESSING = "reshard-processing"
+    RESHARD_COMMIT = "reshard-commit"
+    ELECTION = "election"
+    REGISTRATION = "registration"
+    MISFIRE_WRITE = "misfire-write"
+    MISFIRE_TAKE = "misfire-take"
+    OTHER = "other"
+
+
+def _role(op: Op) -> tuple[type, str]:
+    """What an op does to which node of the job layout (:class:`JobPaths`), e.g.
+    ``(Create, "lease")`` or ``(Delete, "necessary")``."""
+    paths = JobPaths(job_of(op.path))
+    path = op.path
+    named = {
+        paths.sharding_processing: "processing",
+        paths.sharding_necessary: "necessary",
+        paths.election_instance: "election",
+    }
+    if path in named:
+        return type(op), named[path]
+    for parent, role in ((paths.instances, "instance"), (paths.failover_items, "queue")):
+        if paths.child_name(parent, path) is not None:
+            return type(op), role
+    parsed = paths.parse_item(path)
+    if parsed is not None:
+        return type(op), parsed[1] or "item"
+    if path.startswith(paths.sharding + "/") and path.endswith("/running/lease"):
+        return type(op), "lease"
+    return type(op), ""
+
+
+def kind_of(method: str, ops: Sequence[Op]) -> Kind:
+    """The coordination kind of one request (``ops``: the transaction's, or one op
+    standing for a single create/delete/put), told from the nodes the ops touch."""
+    roles = {_role(op) for op in ops}
+    if (Create, "failover") in roles and (Create, "lease") in roles:
+        return Kind.FAILOVER_CLAIM
+    if (Create, "lease") in roles:
+        return Kind.CLAIM
+    if (Check, "item") in roles and (Delete, "running") in roles:
+        return Kind.COMPLETION
+    if (Create, "queue") in roles:
+        return Kind.FAILOVER_QUEUE
+    if method == "create" and (Create, "processing") in roles:
+        return Kind.RESHARD_PROCESSING
+    if (Delete, "necessary") in roles and method == "transaction":
+        return Kind.RESHARD_COMMIT
+    if method == "create" and (Create, "election") in roles:
+        return Kind.ELECTION
+    if method == "create" and (Create, "instance") in roles:
+        return Kind.REGISTRATION
+    if (Create, "misfire") in roles:
+        return Kind.MISFIRE_WRITE
+    if (Delete, "misfire") in roles:
+        return Kind.MISFIRE_TAKE
+    return Kind.OTHER
+
+
+@dataclass
+class Fault:
+    """Break the first request matching ``kind`` (any kind if None); ``outage`` is how
+    long the connection then stays down."""
+
+    timing: Timing
+    outage: float
+    kind: Kind | None = None
+    fired: bool = False
+
+
+class FaultyRegistry:
+    """Delegates to a :class:`MemoryRegistry`, breaking the request a planted fault names.
+
+    ``on_break(outage)`` is called when a fault fires: the world drops the connection
+    and schedules the reconnect (see ``scenario.Cluster.disconnect``).
+    """
+
+    def __init__(
+        self,
+        inner: MemoryRegistry,
+        on_break: Callable[[float], None],
+        on_fault: Callable[[Fault, Kind], None] = lambda _f, _k: None,
+        clock: Callable[[], float] = lambda: 0.0,
+    ) -> None:
+        self.inner = inner
+        self.clock = clock
+        self.on_break = on_break
+        self.on_fault = on_fault
+        self.faults: list[Fault] = []
+        self.paused = False  # the ledger's own reads are never broken
+        self.claims: dict[int, tuple[int, float]] = {}  # fencing token -> (session, when)
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _call(self, method: str, ops: Sequence[Op], fn: Callable[[], T]) -> T:
+        if self.faults and not self.paused and self.inner._link_up:
+            kind = kind_of(method, ops)
+            for fault in self.faults:
+                if fault.kind is None or fault.kind is kind:
+                    self.faults.remove(fault)
+                    fault.fired = True
+                    self.on_fault(fault, kind)
+                    if fault.timing is Timing.AFTER:
+                        with contextlib.suppress(RegistryError):
+                            self._seen(ops, fn())  # applied (or refused): the answer is lost
+                    self.on_break(fault.outage)
+                    raise ConnectionLostError(f"simulated: {fault.timing} ({kind})")
+        return self._seen(ops, fn())
+
+    def _seen(self, ops: Sequence[Op], result: T) -> T:
+        """Remember which session made each claim (for I1's allowance, see checks.py)."""
+        if isinstance(result, list) and any(
+            isinstance(op, Create) and op.path.endswith("/lease") for op in ops
+        ):
+            for stat in result:
+                if isinstance(stat, Stat):
+                    self.claims[stat.mzxid] = (self.inner.session_id, self.clock())
+        return result
+
+    @property
+    def namespace(self) -> str:
+        return self.inner.namespace
+
+    @property
+    def session_id(self) -> int:
+        return self.inner.session_id
+
+    @property
+    def request_count(self) -> int:
+        return self.inner.request_count
+
+    @property
+    def connected(self) -> bool:
+        return self.inner.connected
+
+    def start(self, timeout: float = 15.0) -> None:
+        self.inner.start(timeout)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def add_session_listener(self, listener: SessionListener) -> None:
+        self.inner.add_session_listener(listener)
+
+    # -- requests -------------------------------------------------------------------------
+
+    def get(self, path: str) -> bytes | None:
+        return self._call("get", [Check(path)], lambda: self.inner.get(path))
+
+    def stat(self, path: str) -> Stat | None:
+        return self._call("stat", [Check(path)], lambda: self.inner.stat(path))
+
+    def children(self, path: str) -> list[str]:
+        return self._call("children", [Check(path)], lambda: self.inner.children(path))
+
+    def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequential: bool = False
+    ) -> str:
+        return self._call(
+            "create",
+            [Create(path, data, ephemeral, sequential)],
+            lambda: self.inner.create(path, data, ephemeral=ephemeral, sequential=sequential),
+        )
+
+    def put(self, path: str, data: bytes) -> None:
+        self._call("put", [SetData(path, data)], lambda: self.inner.put(path, data))
+
+    def delete(self, path: str, *, recursive: bool = False) -> None:
+        self._call("delete", [Delete(path)], lambda: self.inner.delete(path, recursive=recursive))
+
+    def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
+        return self._call("transaction", ops, lambda: self.inner.transaction(ops))
+
+    def server_time(self, path: str) -> float:
+        return self._call("server_time", [SetData(path, b"")], lambda: self.inner.server_time(path))
+
+    def tree_cache(
+        self,
+        path: str,
+        listener: NodeListener | None = None,
+        skip_data: Callable[[str], bool] | None = None,
+        timeout: float = 15.0,
+    ) -> TreeCache:
+        return self.inner.tree_cache(path, listener, skip_data, timeout)
+
+    def lock(self, path: str) -> Lock:
+        return self.inner.lock(path)

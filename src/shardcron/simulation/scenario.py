@@ -1,0 +1,172 @@
+"""One seed: a random cluster, a random schedule of faults and operator actions, the checks.
+
+A seed draws everything from ``random.Random(seed)``: 3 to 5 instances, one job (two in
+a quarter of the seeds) of 2 to 6 items firing every 1 or 2 seconds, failover and
+misfire on or off, a session timeout of 2 or 2.5 seconds. After a 1.5 s warm-up, a
+chaos window of 3 to 5 virtual seconds holds up to 6 disturbances; then the cluster runs
+calm (short items, no faults) until a fire or two past the quiet time (see
+:mod:`shardcron.simulation.checks`), and the checks run. Seeds are kept this small
+because CI explores 10,000 of them in 4 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shardcron.simulation import checks, speed
+from shardcron.simulation.cluster import Cluster, JobSpec, Member
+from shardcron.simulation.faults import Fault, Kind, Timing
+from shardcron.simulation.world import EPOCH
+
+WARM_UP = 1.5
+# Kinds a random lost request aims at (None: whatever request comes next).
+AIMS: list[Kind | None] = [None, None, *Kind]
+
+
+@dataclass
+class Result:
+    seed: int
+    faults: Counter[str] = field(default_factory=Counter)
+    actions: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    item_fires: int = 0
+    violations: list[str] = field(default_factory=list)
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+
+    epoch: float = EPOCH
+
+    def replay(self) -> str:
+        return f"python -m shardcron.simulation --seed {self.seed} --verbose"
+
+
+def random_cluster(seed: int, verbose: bool = False) -> Cluster:
+    rng = random.Random(seed)
+    jobs = [
+        JobSpec(
+            name=f"job{n}",
+            items=rng.randint(2, 6),
+            period=rng.choice((1, 2)),
+            failover=rng.random() < 0.5,
+            misfire=rng.random() < 0.5,
+        )
+        for n in range(2 if rng.random() < 0.25 else 1)
+    ]
+    return Cluster(jobs, rng.randint(3, 5), rng.choice((2.0, 2.5)), rng, verbose)
+
+
+def plan_chaos(cluster: Cluster, start: float, length: float) -> None:
+    """Schedule up to 6 random disturbances in ``[start, start + length)``."""
+    rng, world, timeout = cluster.rng, cluster.world, cluster.session_timeout
+    for _ in range(rng.randint(0, 6)):
+        at = start + rng.uniform(0, length)
+        member = rng.choice(cluster.members)
+        job = rng.choice(cluster.jobs).name
+        act = _chaos_actions(cluster, member, job, rng, timeout)
+        name = rng.choice(sorted(act))
+        if name == "graceful-stop":  # its items outlast the grace: they started long
+            world.at(at - 2.0, lambda m=member: setattr(m, "long_items", True))  # type: ignore[misc]
+        world.at(at, act[name])
+
+
+def _chaos_actions(
+    cluster: Cluster, member: Member, job: str, rng: random.Random, timeout: float
+) -> dict[str, Callable[[], None]]:
+    outage = rng.uniform(0.05, timeout * 1.6)
+    aim = rng.choice(AIMS)
+    total = cluster.totals[job]
+    return {
+        "lost-before": lambda: cluster.plant(member, Fault(Timing.BEFORE, outage, aim)),
+        "lost-after": lambda: cluster.plant(member, Fault(Timing.AFTER, outage, aim)),
+        "outage": lambda: cluster.partition(member, outage),
+        "expire": lambda: cluster.expire(member),
+        "cache-lag": lambda: cluster.lag(member, rng.uniform(0.05, 0.5), rng.uniform(1, 3)),
+        "crash": lambda: cluster.crash(member),
+        "stall": lambda: cluster.stall(member, timeout + rng.uniform(0.3, 1.5)),
+        "shutdown": lambda: cluster.shutdown(member),
+        "disable": lambda: _disable_for(cluster, member, rng.uniform(0.5, 4.0)),
+        "failover": lambda: _toggle_failover(cluster, job),
+        "count": lambda: cluster.change_config(
+            job, "count", sharding_total_count=max(2, min(6, total + rng.choice((-1, 1))))
+        ),
+        "trigger": lambda: cluster.trigger(job),
+        "graceful-stop": lambda: cluster.graceful_stop(member),
+    }
+
+
+def _disable_for(cluster: Cluster, member: Member, length: float) -> None:
+    cluster.set_server(member, enabled=False)
+    cluster.world.at(cluster.world.now + length, lambda: cluster.set_server(member, True))
+
+
+def _toggle_failover(cluster: Cluster, job: str) -> None:
+    stored = cluster.peek(f"/{job}/config")
+    on = stored is not None and b"failover: true" in stored
+    cluster.change_config(job, "failover", failover=not on)
+
+
+def _run_to_quiet(cluster: Cluster, chaos_end: float) -> tuple[float, float]:
+    """Run through the chaos, then calm until two fires past the quiet time; a late
+    disturbance (a reconnect, a kill at the end of a grace) pushes the end further."""
+    world, ledger = cluster.world, cluster.ledger
+    world.run_until(chaos_end)
+    cluster.calm = True
+    period = max(job.period for job in cluster.jobs)
+    align = 2 if period == 2 else 1
+    while True:
+        # A long item keeps later fires of its item busy: it counts like a disturbance.
+        last = max([EPOCH + WARM_UP, cluster.long_until, *ledger.disturbances])
+        quiet = last + cluster.session_timeout + 2 * period
+        # Just after a fire of every job has run: between fires, so no item should run.
+        whole = math.ceil(quiet + period)
+        end = whole + whole % align + 0.7
+        world.run_until(end)
+        if max([last, *ledger.disturbances]) == last:
+            return max(end, world.now), quiet
+
+
+def run(cluster: Cluster, chaos_end: float) -> Result:
+    """Start every member, run through ``chaos_end``, then calm until the checks can run."""
+    world = cluster.world
+    for member in cluster.members:
+        world.at(EPOCH + 0.3 + 0.01 * member.index, lambda m=member: cluster.start(m))  # type: ignore[misc]
+    for track in cluster.tracks:
+        _probe_every(cluster, track, EPOCH + 2 * track.period)
+    with speed.yaml_once(), speed.logging_off():
+        end, quiet = _run_to_quiet(cluster, chaos_end)
+    ledger = cluster.ledger
+    verdict = checks.check(ledger, cluster.tracks, cluster.session_timeout, end, quiet)
+    # Only a job with a live enabled instance left has anybody to repair its nodes.
+    alive = [
+        j.name for j in cluster.jobs if any(cluster.available(m, j.name) for m in cluster.members)
+    ]
+    verdict.violations += checks.check_registry(ledger, alive, cluster.peek, cluster.kids)
+    return Result(
+        seed=-1,
+        faults=ledger.faults,
+        actions=ledger.actions,
+        errors=ledger.errors,
+        item_fires=verdict.item_fires,
+        violations=verdict.violations,
+        timeline=ledger.timeline,
+    )
+
+
+def _probe_every(cluster: Cluster, track: checks.JobTrack, at: float) -> None:
+    def probe() -> None:
+        cluster.probe(track)
+        _probe_every(cluster, track, at + track.period)
+
+    cluster.world.at(at, probe)
+
+
+def run_seed(seed: int, verbose: bool = False) -> Result:
+    cluster = random_cluster(seed, verbose)
+    length = cluster.rng.uniform(3.0, 5.0)
+    plan_chaos(cluster, EPOCH + WARM_UP, length)
+    result = run(cluster, EPOCH + WARM_UP + length)
+    result.seed = seed
+    return result

@@ -1,0 +1,316 @@
+"""Seeded fault exploration on virtual time (issue 12, point 7).
+
+The 10,000-seed run is what CI relies on; the other tests show that the checks catch
+what they are meant to catch (fed by hand) and that the world and the fault layer
+behave as the invariants assume (deterministic, faults land where they are aimed).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from shardcron.errors import ConnectionLostError
+from shardcron.model import ExecutionSource
+from shardcron.paths import JobPaths
+from shardcron.registry import Check, Create, Delete, Op, SessionState, SetData
+from shardcron.registry.memory import MemoryRegistry, MemoryServer
+from shardcron.simulation import checks, run_seed
+from shardcron.simulation.cluster import Cluster, JobSpec
+from shardcron.simulation.explore import explore, summary
+from shardcron.simulation.faults import Fault, FaultyRegistry, Kind, Timing, kind_of
+from shardcron.simulation.ledger import Ledger
+from shardcron.simulation.world import EPOCH, SessionEvents, World
+from tests.conftest import FIGURES
+
+SEEDS = 10_000
+NORMAL = ExecutionSource.NORMAL_TRIGGER
+
+
+@pytest.mark.timeout(900)
+def test_ten_thousand_seeds_keep_every_invariant(capsys: pytest.CaptureFixture[str]) -> None:
+    report = explore(range(SEEDS), processes=2)
+    FIGURES.append(summary(report))  # repeated in pytest's closing summary
+    with capsys.disabled():
+        print()
+        print(summary(report))
+        for line in report.failures():
+            print(line)
+    assert report.seeds == SEEDS
+    assert report.item_fires > SEEDS  # the checks had something to check
+    assert sum(report.faults.values()) > SEEDS // 2
+    assert not report.violations, "\n".join(report.failures())
+
+
+def test_a_seed_replays_exactly() -> None:
+    first, again = run_seed(1245, verbose=True), run_seed(1245, verbose=True)
+    assert first.timeline == again.timeline
+    assert first.timeline  # verbose keeps the timeline
+    assert (first.faults, first.actions, first.item_fires) == (
+        again.faults,
+        again.actions,
+        again.item_fires,
+    )
+
+
+def test_a_failing_seed_prints_the_command_that_replays_it() -> None:
+    report = explore([], processes=1)
+    report.violations[77] = ["I1 job0#0: overlap"]
+    replay = "python -m shardcron.simulation --seed 77 --verbose"
+    assert report.failures() == [f"seed 77: I1 job0#0: overlap (1 violations); replay: {replay}"]
+    assert "violations: 1" in summary(report)
+
+
+# -- the checks catch violations ----------------------------------------------------------
+
+
+def _ledger() -> Ledger:
+    return Ledger(World())
+
+
+def _run(
+    ledger: Ledger,
+    instance: str,
+    start: float,
+    end: float,
+    token: int,
+    *,
+    current: bool = True,
+    lost: bool = False,
+    item: int = 0,
+) -> None:
+    ledger.world.now = EPOCH + start
+    run = ledger.start("job", item, instance, token, NORMAL)
+    ledger.world.now = EPOCH + end
+    ledger.end(run, current, lost)
+
+
+def test_i1_catches_two_instances_running_an_item_at_once() -> None:
+    ledger = _ledger()
+    ledger.world.now = EPOCH
+    older = ledger.start("job", 0, "a", 10, NORMAL)
+    _run(ledger, "b", 0.5, 0.8, token=20)
+    ledger.world.now = EPOCH + 1
+    ledger.end(older, True, False)
+    found = checks.check_overlaps(ledger)
+    assert len(found) == 1 and found[0].startswith("I1 job#0: a")
+
+
+def test_i1_allows_a_stale_run_whose_session_was_lost_and_whose_token_is_lower() -> None:
+    ledger = _ledger()
+    ledger.world.now = EPOCH
+    stale = ledger.start("job", 0, "a", 10, NORMAL)
+    _run(ledger, "b", 4.0, 4.5, token=20)
+    ledger.world.now = EPOCH + 5
+    ledger.end(stale, current=False, session_lost=True)
+    assert checks.check_overlaps(ledger) == []
+
+
+@pytest.mark.parametrize(
+    ("current", "lost", "token"),
+    [(True, True, 10), (False, False, 10), (False, True, 30)],
+    ids=["claim-still-current", "session-not-lost", "higher-token"],
+)
+def test_i1_allows_nothing_else(current: bool, lost: bool, token: int) -> None:
+    ledger = _ledger()
+    ledger.world.now = EPOCH
+    stale = ledger.start("job", 0, "a", token, NORMAL)
+    _run(ledger, "b", 4.0, 4.5, token=20)
+    ledger.world.now = EPOCH + 5
+    ledger.end(stale, current=current, session_lost=lost)
+    assert len(checks.check_overlaps(ledger)) == 1
+
+
+def _track(*fires: float, total: int = 1, available: bool = True) -> checks.JobTrack:
+    track = checks.JobTrack("job", 1)
+    track.probes = [checks.Probe(EPOCH + t, total, available) for t in fires]
+    return track
+
+
+def _check(ledger: Ledger, track: checks.JobTrack, quiet: float = 100.0) -> list[str]:
+    return checks.check(ledger, [track], 2.0, EPOCH + 50, EPOCH + quiet).violations
+
+
+def test_i2_catches_an_item_fire_that_neither_ran_nor_was_skipped() -> None:
+    ledger = _ledger()
+    _run(ledger, "a", 10.0, 10.2, token=1)
+    found = _check(ledger, _track(10, 11))
+    assert found == [f"I2 job#0: fire at {EPOCH + 11:.2f} neither ran nor was skipped"]
+
+
+def test_i2_accepts_a_skip_with_a_reason_and_excuses_fires_near_a_fault() -> None:
+    ledger = _ledger()
+    ledger.world.now = EPOCH + 10.98
+    ledger.observe_skip("job", "a", (0,), "still running", misfire=False)
+    assert _check(ledger, _track(11)) == []
+    assert _check(_ledger(), _track(11, available=False)) == []  # nobody could run it
+    shadowed = _ledger()
+    shadowed.world.now = EPOCH + 9
+    shadowed.fault("crash", "a")
+    assert _check(shadowed, _track(11)) == []
+
+
+def test_i2_catches_a_misfired_item_that_never_runs_again() -> None:
+    ledger = _ledger()
+    _run(ledger, "a", 9.0, 11.5, token=1)
+    ledger.world.now = EPOCH + 9.98
+    ledger.observe_skip("job", "a", (0,), "still running from an earlier fire", misfire=True)
+    found = _check(ledger, _track(9, 10, 11))
+    assert any("with misfire on, and not run once it could" in f for f in found)
+    _run(ledger, "a", 11.5, 11.6, token=2)  # the misfire re-run
+    assert _check(ledger, _track(9, 10, 11)) == []
+
+
+def test_i3_wants_runs_after_the_quiet_time_not_skips() -> None:
+    ledger = _ledger()
+    _run(ledger, "a", 20.0, 20.1, token=1)
+    ledger.world.now = EPOCH + 20.98
+    ledger.observe_skip("job", "a", (0,), "registry connection lost", misfire=False)
+    found = _check(ledger, _track(20, 21), quiet=15)
+    assert found == [
+        f"I3 job#0: fire at {EPOCH + 21:.2f} (after quiet time {EPOCH + 15:.2f}) did not run"
+    ]
+
+
+def test_i4_catches_nodes_left_behind() -> None:
+    paths = JobPaths("job")
+    tree = {
+        paths.running(0): b"a",
+        paths.lease(0): b"a",
+        paths.failovering(1): b"b",
+        paths.failover_item(2): b"",
+        paths.sharding_processing: b"",
+    }
+    kids = {paths.sharding: ["0", "1"], paths.failover_items: ["2"]}
+    found = checks.check_registry(_ledger(), ["job"], tree.get, lambda p: kids.get(p, []))
+    assert found == [
+        "I4 job#0: stale running node (holder a)",
+        "I4 job#1: stale failovering node",
+        "I4 job: failover queue entry 2 left",
+        "I4 job: leader/sharding/processing left",
+    ]
+    live = _ledger()
+    live.start("job", 0, "a", 1, NORMAL)  # a running node of a run still going is fine
+    tree = {paths.running(0): b"a", paths.lease(0): b"a"}
+    assert checks.check_registry(live, ["job"], tree.get, lambda p: kids.get(p, [])[:0]) == []
+
+
+# -- the fault layer ----------------------------------------------------------------------
+
+
+def test_request_kinds_are_told_apart_by_their_ops() -> None:
+    p = JobPaths("job")
+    claim: list[Op] = [
+        Create(p.running(0)),
+        Create(p.lease(0), ephemeral=True),
+        SetData(p.item(0), b""),
+    ]
+    failover: list[Op] = [
+        Delete(p.failover_item(0)),
+        Create(p.failover(0), ephemeral=True),
+        Create(p.failovering(0)),
+    ]
+    assert kind_of("transaction", claim) is Kind.CLAIM
+    assert kind_of("transaction", claim + failover) is Kind.FAILOVER_CLAIM
+    assert (
+        kind_of("transaction", [Check(p.item(0), 3), Delete(p.lease(0)), Delete(p.running(0))])
+        is Kind.COMPLETION
+    )
+    assert (
+        kind_of("transaction", [Delete(p.running(0)), Create(p.failover_item(0))])
+        is Kind.FAILOVER_QUEUE
+    )
+    assert kind_of("create", [Create(p.sharding_processing)]) is Kind.RESHARD_PROCESSING
+    assert (
+        kind_of("transaction", [Delete(p.sharding_necessary), Delete(p.sharding_processing)])
+        is Kind.RESHARD_COMMIT
+    )
+    assert kind_of("create", [Create(p.election_instance)]) is Kind.ELECTION
+    assert kind_of("create", [Create(p.instance("x@-@1"), ephemeral=True)]) is Kind.REGISTRATION
+    assert kind_of("transaction", [Create(p.misfire(0))]) is Kind.MISFIRE_WRITE
+    assert kind_of("transaction", [Delete(p.misfire(0))]) is Kind.MISFIRE_TAKE
+    assert kind_of("get", [Check(p.config)]) is Kind.OTHER
+
+
+def _faulty(world: World, server: MemoryServer) -> tuple[FaultyRegistry, list[SessionState]]:
+    inner = MemoryRegistry(server, "t", events=SessionEvents(world))
+    states: list[SessionState] = []
+    inner.add_session_listener(states.append)
+
+    def outage(length: float) -> None:
+        inner.disconnect()
+        sid = inner.session_id
+        if length > 2.0:
+            world.at(world.now + 2.0, lambda: server.close_session(sid))
+        world.at(world.now + length, inner.reconnect)
+
+    registry = FaultyRegistry(inner, on_break=outage)
+    registry.start()
+    return registry, states
+
+
+@pytest.mark.parametrize("timing", list(Timing))
+def test_a_lost_request_is_applied_or_not_and_the_session_drops(timing: Timing) -> None:
+    world, server = World(), MemoryServer()
+    registry, states = _faulty(world, server)
+    registry.faults.append(Fault(timing, outage=0.5, kind=Kind.ELECTION))
+    registry.create("/a")  # not the aimed kind: goes through
+    with pytest.raises(ConnectionLostError):
+        registry.create("/job/leader/election/instance", ephemeral=True)
+    applied = server._nodes.get("/t/job/leader/election/instance") is not None
+    assert applied is (timing is Timing.AFTER)
+    with pytest.raises(ConnectionLostError):  # down: every request fails fast
+        registry.get("/a")
+    world.run_until(EPOCH + 1)
+    assert registry.get("/a") == b""
+    assert states == [SessionState.CONNECTED, SessionState.SUSPENDED, SessionState.RECONNECTED]
+
+
+def test_an_outage_past_the_session_timeout_expires_the_session() -> None:
+    world, server = World(), MemoryServer()
+    registry, states = _faulty(world, server)
+    registry.create("/mine", ephemeral=True)
+    first = registry.session_id
+    registry.faults.append(Fault(Timing.BEFORE, outage=3.0))
+    with pytest.raises(ConnectionLostError):
+        registry.get("/mine")
+    world.run_until(EPOCH + 2.5)
+    assert server._nodes.get("/t/mine") is None  # the server expired it meanwhile
+    world.run_until(EPOCH + 3.5)
+    assert states[-2:] == [SessionState.EXPIRED, SessionState.CONNECTED]
+    assert registry.session_id != first and registry.connected
+
+
+def test_a_lagging_cache_sees_changes_late_but_in_order() -> None:
+    world, server = World(), MemoryServer()
+    events = SessionEvents(world)
+    reader = MemoryRegistry(server, "t", events=events)
+    reader.start()
+    writer = MemoryRegistry(server, "t", events=SessionEvents(world))
+    writer.start()
+    seen: list[str] = []
+    cache = reader.tree_cache("/", lambda e: seen.append(f"{e.type} {e.path}"))
+    events.lag = 0.5
+    writer.create("/x")
+    events.lag = 0.0
+    writer.delete("/x")  # queued behind the lagging event, never ahead of it
+    assert not cache.exists("/x") and seen == []
+    world.run_until(EPOCH + 1)
+    assert [e for e in seen if e.endswith("/x")] == ["ADDED /x", "REMOVED /x"]
+
+
+def test_operators_and_crashes_act_on_the_simulated_cluster() -> None:
+    jobs = [JobSpec("job0", items=4, period=1, failover=True, misfire=True)]
+    cluster = Cluster(jobs, instances=3, session_timeout=2.0, rng=random.Random(5))
+    for member in cluster.members:
+        cluster.world.at(EPOCH + 0.3, lambda m=member: cluster.start(m))  # type: ignore[misc]
+    cluster.world.run_until(EPOCH + 2.5)
+    victim = cluster.members[2]
+    cluster.crash(victim)
+    cluster.world.run_until(EPOCH + 8.5)
+    paths = JobPaths("job0")
+    assert cluster.peek(paths.instance(victim.name)) is None  # its session expired
+    owners = {cluster.peek(paths.item_instance(i)) for i in range(4)}
+    assert victim.name.encode() not in owners  # resharded over the survivors
+    assert checks.check_overlaps(cluster.ledger) == []

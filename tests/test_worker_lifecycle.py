@@ -1,0 +1,74 @@
+"""What a worker says about its own life: a normal stop is quiet, an idle worker says so."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from shardcron.admin import Admin, JobStatus
+from shardcron.config import JobConfig
+from shardcron.model import ShardingContext
+from shardcron.registry.memory import MemoryRegistry, MemoryServer
+from shardcron.scheduler import Scheduler
+from tests.helpers import wait_until
+
+A, B = "10.0.4.1@-@6401", "10.0.4.2@-@6402"
+TICK = JobConfig(job_name="tick", cron="* * * * * ?", sharding_total_count=2)
+
+
+def noop(ctx: ShardingContext) -> None:
+    return None
+
+
+@pytest.fixture
+def server() -> MemoryServer:
+    return MemoryServer()
+
+
+@pytest.fixture
+def admin(server: MemoryServer) -> Iterator[Admin]:
+    registry = MemoryRegistry(server, "life")
+    registry.start()
+    try:
+        yield Admin(registry)
+    finally:
+        registry.close()
+
+
+def worker(server: MemoryServer, instance: str) -> Scheduler:
+    made = Scheduler(MemoryRegistry(server, "life"), instance_id=instance)
+    made.add_job(TICK, noop)
+    made.start()
+    return made
+
+
+def test_a_normal_stop_logs_no_lost_session(
+    server: MemoryServer, admin: Admin, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = worker(server, A), worker(server, B)
+    wait_until(lambda: admin.job("tick").instance_count == 2, what="both instances")
+    with caplog.at_level(logging.DEBUG, logger="shardcron"):
+        a.stop(grace=2)
+        b.stop(grace=2)
+    assert not [r for r in caplog.records if "session" in r.getMessage()]
+    assert admin.job("tick").status is JobStatus.STOPPED
+
+
+def test_a_worker_whose_last_job_is_shut_down_says_it_is_idle(
+    server: MemoryServer, admin: Admin, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = worker(server, A)
+    try:
+        wait_until(lambda: admin.job("tick").instance_count == 1, what="the instance")
+        with caplog.at_level(logging.WARNING, logger="shardcron.scheduler"):
+            admin.shutdown("tick")
+            wait_until(lambda: not a.runtimes, what="the worker to stop the job")
+        idle = [r for r in caplog.records if "stays idle until restarted" in r.getMessage()]
+        assert len(idle) == 1 and idle[0].levelno == logging.WARNING
+        wait_until(
+            lambda: admin.job("tick").status is JobStatus.STOPPED, what="the job to be STOPPED"
+        )
+    finally:
+        a.stop(grace=2)
