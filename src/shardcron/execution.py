@@ -13,16 +13,21 @@ its ephemeral child ``running/lease`` and touches the item node ``sharding/{i}``
   that claim, so completion is conditional on it (``Check``) in the same transaction:
   a stale run can never delete a newer claim. The transaction id is the *fencing token*.
 
-Completion is one more transaction. In steady state a fire costs exactly two round trips,
-and an instance without items costs none. Both are safe to repeat after a lost answer.
+Completion is one more transaction. Both are :mod:`shardcron.groupcommit` requests: the
+claims of every job of a process due in the same tick go in one multi-op, their
+completions in another, so in steady state a tick costs two round trips whatever the
+number of jobs, and an instance without items costs none. Both are safe to repeat after a
+lost answer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from shardcron import groupcommit
 from shardcron.errors import (
     BadVersionError,
     NodeExistsError,
@@ -53,6 +58,53 @@ def claim_ops(paths: JobPaths, item: int, instance: str) -> list[Op]:
     ]
 
 
+class Claiming:
+    """The claim of ``items`` as a :class:`shardcron.groupcommit.Request`: every item not
+    already running anywhere; ``extra`` ops ride along. Items whose ``running`` node
+    exists end in ``result.contended``; a second round trip happens only when the cache had
+    not yet seen such a node."""
+
+    def __init__(
+        self,
+        cache: TreeCache,
+        paths: JobPaths,
+        items: list[int],
+        instance: str,
+        *,
+        extra: list[Op] | None = None,
+        trust_cache: bool = True,
+    ) -> None:
+        self.paths, self.instance, self.extra = paths, instance, extra or []
+        self.free = [i for i in items if not (trust_cache and cache.exists(paths.running(i)))]
+        self.result = Claim(
+            items=list(self.free), contended=[i for i in items if i not in self.free]
+        )
+        self._ops: list[Op] | None = None
+
+    def ops(self) -> list[Op]:
+        if self._ops is None:
+            ops = [op for i in self.free for op in claim_ops(self.paths, i, self.instance)]
+            self._ops = ops + self.extra if ops else []
+        return self._ops
+
+    def applied(self, results: Sequence[object]) -> None:
+        for n, item in enumerate(self.free):
+            stat = results[n * 3 + 2]
+            assert isinstance(stat, Stat)
+            self.result.versions[item] = stat.version
+            self.result.token = stat.mzxid
+        self.result.items = list(self.free)
+        self.free, self._ops = [], []
+
+    def refused(self, index: int, cause: RegistryError) -> bool:
+        if index >= 3 * len(self.free) or not isinstance(cause, NodeExistsError | NoNodeError):
+            return False
+        self.result.contended.append(self.free.pop(index // 3))
+        self.result.items = list(self.free)
+        self._ops = None
+        return True
+
+
 def claim(
     registry: Registry,
     cache: TreeCache,
@@ -63,29 +115,54 @@ def claim(
     extra: list[Op] | None = None,
     trust_cache: bool = True,
 ) -> Claim:
-    """Claim every item not already running anywhere; ``extra`` ops ride along.
+    """:class:`Claiming` on its own, at once."""
+    request = Claiming(cache, paths, items, instance, extra=extra, trust_cache=trust_cache)
+    groupcommit.run_now(registry, request)
+    return request.result
 
-    Items whose ``running`` node exists come back in ``contended``; a second round trip
-    happens only when the cache had not yet seen such a node.
+
+class Completing:
+    """Removing the claims made at ``versions`` (plus each item's ``extra`` deletions), as
+    a :class:`shardcron.groupcommit.Request`.
+
+    Conditional on each claim still being the current one, and idempotent: an item whose
+    claim was superseded, or whose nodes are gone already (a completion whose answer was
+    lost), is dropped. ``done`` lists the items whose claim it removed or found removed.
     """
-    free = [i for i in items if not (trust_cache and cache.exists(paths.running(i)))]
-    result = Claim(items=free, contended=[i for i in items if i not in free])
-    while free:
-        ops = [op for i in free for op in claim_ops(paths, i, instance)]
-        try:
-            results = registry.transaction(ops + (extra or []))
-        except TransactionError as exc:
-            if exc.index < len(ops) and isinstance(exc.cause, NodeExistsError | NoNodeError):
-                result.contended.append(free.pop(exc.index // 3))
-                continue
-            raise
-        for n, item in enumerate(free):
-            stat = results[n * 3 + 2]
-            assert isinstance(stat, Stat)
-            result.versions[item] = stat.version
-            result.token = stat.mzxid
-        return result
-    return result
+
+    def __init__(
+        self, paths: JobPaths, versions: dict[int, int], extra: dict[int, list[Op]] | None = None
+    ) -> None:
+        self.paths = paths
+        self.groups: dict[int, list[Op]] = {
+            item: [
+                Check(paths.item(item), version),
+                Delete(paths.lease(item)),
+                Delete(paths.running(item)),
+                *(extra or {}).get(item, []),
+            ]
+            for item, version in versions.items()
+        }
+        self.done = list(self.groups)
+
+    def ops(self) -> list[Op]:
+        return [op for ops in self.groups.values() for op in ops]
+
+    def applied(self, results: Sequence[object]) -> None:
+        self.groups = {}
+
+    def refused(self, index: int, cause: RegistryError) -> bool:
+        flat = [(item, op) for item, ops in self.groups.items() for op in ops]
+        item, op = flat[index]
+        if isinstance(op, Check) and isinstance(cause, BadVersionError | NoNodeError):
+            log.info("job %s: item %d was claimed anew; its old run ends", self.paths.job, item)
+            del self.groups[item]
+            self.done.remove(item)
+        elif isinstance(op, Delete) and isinstance(cause, NoNodeError):
+            self.groups[item].remove(op)  # gone already: an earlier attempt, or the session
+        else:
+            return False
+        return True
 
 
 def complete(
@@ -94,38 +171,10 @@ def complete(
     versions: dict[int, int],
     extra: dict[int, list[Op]] | None = None,
 ) -> list[int]:
-    """Remove the claims made at ``versions`` (plus each item's ``extra`` deletions).
-
-    Conditional on each claim still being the current one, and idempotent: an item whose
-    claim was superseded, or whose nodes are gone already (a completion whose answer was
-    lost), is dropped. Returns the items whose claim this call removed or found removed.
-    """
-    groups: dict[int, list[Op]] = {
-        item: [
-            Check(paths.item(item), version),
-            Delete(paths.lease(item)),
-            Delete(paths.running(item)),
-            *(extra or {}).get(item, []),
-        ]
-        for item, version in versions.items()
-    }
-    done = list(groups)
-    while groups:
-        flat = [(item, op) for item, ops in groups.items() for op in ops]
-        try:
-            registry.transaction([op for _, op in flat])
-            return done
-        except TransactionError as exc:
-            item, op = flat[exc.index]
-            if isinstance(op, Check) and isinstance(exc.cause, BadVersionError | NoNodeError):
-                log.info("job %s: item %d was claimed anew; its old run ends", paths.job, item)
-                del groups[item]
-                done.remove(item)
-            elif isinstance(op, Delete) and isinstance(exc.cause, NoNodeError):
-                groups[item].remove(op)  # gone already: an earlier attempt, or the session
-            else:
-                raise
-    return done
+    """:class:`Completing` on its own, at once; returns its ``done``."""
+    request = Completing(paths, versions, extra)
+    groupcommit.run_now(registry, request)
+    return request.done
 
 
 def settle(registry: Registry, paths: JobPaths, items: list[int]) -> Claim:

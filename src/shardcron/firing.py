@@ -13,6 +13,7 @@ until :meth:`Firing.resolve` settles it from the registry after the reconnect.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ FAILOVER_GRACE_SECONDS = 0.1
 # A fire found this late is not run: it was missed (a stall, a clock jump), not late.
 MAX_LATENESS_SECONDS = 1.0
 CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
+CLAIM_LEAD_STEP_SECONDS = 0.025
 
 
 @dataclass(slots=True)
@@ -60,6 +62,8 @@ class Firing:
         self._unsure: list[Fire] = []  # claims whose answer was lost
         self._unfinished: list[Fire] = []  # completions whose answer was lost
         self._misfired: set[int] = set()  # local record, ahead of the registry flag
+        self._claiming: list[Fire] = []  # claims sent with the tick's group commit
+        self._completing: list[Fire] = []  # completions sent likewise
         self._pending: _Pending | None = None
         self._clock_offset = 0.0
         self._clock_checked_at = -CLOCK_REFRESH_SECONDS
@@ -79,8 +83,9 @@ class Firing:
         """No new fire; hand back claims made ahead of a second that has not come."""
         self._timer += 1
         self._pending = None
-        for fire in [f for f in self._fires if f.context is None and f not in self._unsure]:
-            self.complete(fire)
+        for fire in self._fires[:]:
+            if fire.context is None and fire not in self._unsure and fire not in self._claiming:
+                self.complete(fire)  # a claim still in flight is completed when it returns
 
     def claim_holds(self, fire: Fire) -> bool:
         """Items start only while the session that claimed them lives (as far as we know)."""
@@ -138,7 +143,10 @@ class Firing:
 
         # The claim's answer comes after the watch events of its own writes, which grow with
         # the items claimed: the lead grows with them too (items still start on the second).
+        # Rounded up to a step, so jobs of a process with a few items more or less claim in
+        # the same tick, with one group commit.
         lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * len(self.local_items(None))
+        lead = math.ceil(lead / CLAIM_LEAD_STEP_SECONDS) * CLAIM_LEAD_STEP_SECONDS
         self.rt.host.call_later(max(0.0, when - lead - now), due)
 
     def fire(
@@ -174,8 +182,10 @@ class Firing:
             if free:
                 self._claim_and_run(free, source, when)
         except ShardcronError as exc:  # registry faults, a broken custom strategy
-            error: ShardcronError = exc
-            self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)
+            self._report(exc)
+
+    def _report(self, error: ShardcronError) -> None:
+        self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)
 
     def run_pending(self) -> None:
         pending = self._pending
@@ -233,21 +243,44 @@ class Firing:
         self._reserved.difference_update(items)
 
     def _claim_and_run(self, items: list[int], source: ExecutionSource, when: float) -> None:
-        cfg = self.rt.config
         fire = Fire(items, execution.Claim(items=list(items)), source, self.rt.registry.session_id)
         self._reserve(items)
         self._fires.append(fire)
-        if cfg.monitor_execution:
-            try:
-                fire.claim = execution.claim(
-                    self.rt.registry, self.rt.cache, self.rt.paths, items, self.rt.instance
-                )
-            except TransactionError:
-                self._drop(fire)
-                raise
-            except RegistryError:
-                self._unsure.append(fire)  # settled by resolve() once reconnected
-                raise
+        if not self.rt.config.monitor_execution:
+            self._claimed(fire, when)
+            return
+        request = execution.Claiming(self.rt.cache, self.rt.paths, items, self.rt.instance)
+        self._claiming.append(fire)
+
+        def then(error: RegistryError | None) -> None:
+            self._claiming.remove(fire)
+            self.rt.guarded(lambda: self._on_claim(fire, request, error, when), "claim")
+
+        self.rt.commits.submit(request, then)
+
+    def _on_claim(
+        self,
+        fire: Fire,
+        request: execution.Claiming,
+        error: RegistryError | None,
+        when: float,
+    ) -> None:
+        if isinstance(error, TransactionError):
+            self._drop(fire)
+            self._report(error)
+        elif error is not None:
+            self._unsure.append(fire)  # settled by resolve() once reconnected
+            self._report(error)
+        else:
+            fire.claim = request.result
+            if fire.claim.versions:
+                self.rt.commits.claimed()
+            if self.rt.stopped:
+                self.complete(fire)  # stopped while the claim was in flight: hand it back
+            else:
+                self._claimed(fire, when)
+
+    def _claimed(self, fire: Fire, when: float) -> None:
         if fire.claim.contended:
             self.skip(fire.claim.contended, "still running on another instance")
             self._release(fire.claim.contended)
@@ -341,25 +374,38 @@ class Firing:
 
     def complete(self, fire: Fire) -> None:
         """All items returned: the ``after`` listeners and the fire's status, then remove
-        the claim (conditional on it). A lost answer leaves the claim pending, and its items
-        reserved here: :meth:`resolve` retries it after the reconnect."""
+        the claim (conditional on it, with the tick's group commit). A lost answer leaves
+        the claim pending, and its items reserved here: :meth:`resolve` retries it after
+        the reconnect."""
         paths = self.rt.paths
         if not fire.ended:
             fire.ended = True
             self.path.end(fire)
-        if fire.claim.versions:
-            extra = (
-                {i: failover.complete_ops(paths, i) for i in fire.items}
-                if fire.source is ExecutionSource.FAILOVER
-                else None
-            )
-            try:
-                execution.complete(self.rt.registry, paths, fire.claim.versions, extra)
-            except RegistryError as exc:
-                log.warning("job %s: completion of %s pending (%s)", self.rt.name, fire.items, exc)
-                if fire not in self._unfinished:
-                    self._unfinished.append(fire)
+        if not fire.claim.versions:
+            self._completed(fire)
+            return
+        if fire in self._completing:
+            return
+        extra = (
+            {i: failover.complete_ops(paths, i) for i in fire.items}
+            if fire.source is ExecutionSource.FAILOVER
+            else None
+        )
+        request = execution.Completing(paths, fire.claim.versions, extra)
+        self._completing.append(fire)
+
+        def then(error: RegistryError | None) -> None:
+            self._completing.remove(fire)
+            if error is None:
+                self.rt.guarded(lambda: self._completed(fire), "completion")
                 return
+            log.warning("job %s: completion of %s pending (%s)", self.rt.name, fire.items, error)
+            if fire not in self._unfinished:
+                self._unfinished.append(fire)
+
+        self.rt.commits.submit_completion(request, then)
+
+    def _completed(self, fire: Fire) -> None:
         self._drop(fire)
         if self.rt.stopped:
             return

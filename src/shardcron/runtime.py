@@ -40,6 +40,7 @@ from shardcron.events import (
 )
 from shardcron.fire import ErrorHandler, FirePath, Host
 from shardcron.firing import Firing
+from shardcron.groupcommit import GroupCommit
 from shardcron.jobs import ItemRunner
 from shardcron.listeners import JobListener, ordered
 from shardcron.model import ExecutionSource, ServerStatus, ShardingContext
@@ -104,6 +105,7 @@ class JobRuntime:
         observers: list[Observer] | None = None,
         listeners: list[JobListener] | None = None,
         error_handler: ErrorHandler | None = None,
+        commits: GroupCommit | None = None,
     ) -> None:
         self.config = config
         self.paths = JobPaths(config.job_name)
@@ -113,6 +115,8 @@ class JobRuntime:
         self.host = host
         self.workers = workers
         self.lead = lead  # how long before a fire its items are claimed
+        # Shared by the process's jobs, so those due in one tick claim in one multi-op.
+        self.commits = commits or GroupCommit(registry, host)
         self.on_detach = on_detach
         self.observers = observers or []
         self.listeners = ordered(listeners or [])

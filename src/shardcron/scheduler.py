@@ -35,6 +35,7 @@ from shardcron.dump import DumpServer
 from shardcron.errorhandlers import make_error_handler
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
 from shardcron.events import Observer
+from shardcron.groupcommit import GroupCommit
 from shardcron.jobs import AsyncLoop, make_runner
 from shardcron.listeners import JobListener, load_listeners
 from shardcron.metrics import Metrics
@@ -131,11 +132,13 @@ class Scheduler:
             max_workers=max_workers, thread_name_prefix="shardcron-worker"
         )
         self._coordinator: EventThread | None = None
+        self._commits = GroupCommit(self.registry, self)
         self._loop = AsyncLoop()
         self._timer = threading.Condition()
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._started = False
+        self._closed = False
         self._stopping = threading.Event()
         self._dump_port = dump_port
         self._dump: DumpServer | None = None
@@ -247,6 +250,7 @@ class Scheduler:
                 observers=self.observers,
                 listeners=listeners,
                 error_handler=error_handler,
+                commits=self._commits,
             )
             self.runtimes[config.job_name] = runtime  # sees session events from now on
             runtime.start()
@@ -264,9 +268,7 @@ class Scheduler:
         so no other instance starts the same item meanwhile.
         """
         self._stopping.set()
-        with self._timer:
-            self._heap.clear()
-            self._timer.notify_all()
+        # The timer keeps running until the close: completions still go out through it.
         runtimes = list(self.runtimes.values())
         stopping = threading.Event()
         for runtime in runtimes:
@@ -297,6 +299,10 @@ class Scheduler:
 
     def _close(self) -> None:
         self.runtimes.clear()
+        with self._timer:
+            self._closed = True
+            self._heap.clear()
+            self._timer.notify_all()
         if self._coordinator is not None:
             done = threading.Event()
             self._coordinator.submit(done.set)  # let queued deregistrations finish first
@@ -357,7 +363,7 @@ class Scheduler:
             self._coordinator.submit(fn)
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
-        self._push(time.time() + delay, lambda: self.coordinate(fn))
+        self._push(time.time() + delay, fn)
 
     def _claim_lead(self) -> float:
         """Fires are prepared (items claimed) ahead of their time, so the claim's round
@@ -391,16 +397,26 @@ class Scheduler:
 
     def _timer_loop(self) -> None:
         with self._timer:
-            while not self._stopping.is_set():
+            while not self._closed:
                 if not self._heap:
                     self._timer.wait(60)
                     continue
-                delay = self._heap[0][0] - time.time()
+                now = time.time()
+                delay = self._heap[0][0] - now
                 if delay > 0:
                     self._timer.wait(min(delay, 60))
                     continue
-                _, _, fn = heapq.heappop(self._heap)
-                _logged(fn)
+                # Everything due is one coordinator task: the group commit it leads to
+                # then holds the claims of every job due in this tick.
+                due = []
+                while self._heap and self._heap[0][0] <= now:
+                    due.append(heapq.heappop(self._heap)[2])
+                self.coordinate(lambda due=due: _run_all(due))  # type: ignore[misc]
+
+
+def _run_all(fns: list[Callable[[], None]]) -> None:
+    for fn in fns:
+        _logged(fn)
 
 
 def _logged(fn: Callable[[], None]) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from shardcron.config import JobConfig
 from shardcron.errors import NodeExistsError
+from shardcron.groupcommit import GroupCommit
 from shardcron.model import ServerStatus, ShardingContext
 from shardcron.paths import JobPaths, instance_id
 from shardcron.registry import SessionState
@@ -115,6 +116,7 @@ class Cluster:
         host = member.host
         member.registry.add_session_listener(lambda state: self._route(member, state))
         member.registry.start()
+        commits = GroupCommit(member.registry, host)
         for job in self.jobs:
             runtime = JobRuntime(
                 job.config(),
@@ -127,6 +129,7 @@ class Cluster:
                 lead=lambda: 0.02,
                 on_detach=lambda rt, m=member: m.runtimes.pop(rt.name, None),  # type: ignore[misc]
                 observers=[self.ledger.observe],
+                commits=commits,
             )
             member.runtimes[job.name] = runtime
             runtime.start()
