@@ -22,7 +22,6 @@ lost answer.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,7 +32,6 @@ from shardcron.errors import (
     NodeExistsError,
     NoNodeError,
     RegistryError,
-    TransactionError,
 )
 from shardcron.paths import JobPaths
 from shardcron.registry import Check, Create, Delete, Op, Registry, SetData, Stat, TreeCache
@@ -207,27 +205,49 @@ def is_current(registry: Registry, paths: JobPaths, item: int, token: int) -> bo
     return stat is not None and stat.czxid == token
 
 
-def mark_misfire(registry: Registry, cache: TreeCache, paths: JobPaths, items: list[int]) -> None:
-    ops: list[Op] = [Create(paths.misfire(i)) for i in items if not cache.exists(paths.misfire(i))]
-    if not ops:
-        return
-    try:
-        registry.transaction(ops)
-    except TransactionError:
-        for op in ops:  # some flag appeared meanwhile; set the rest one by one
-            with contextlib.suppress(NodeExistsError):
-                registry.create(op.path)
+class MarkingMisfires:
+    """Setting the ``misfire`` flags of ``items`` (a :class:`shardcron.groupcommit.Request`);
+    a flag set meanwhile by another path is left as it is."""
+
+    def __init__(self, cache: TreeCache, paths: JobPaths, items: list[int]) -> None:
+        self._ops: list[Op] = [
+            Create(paths.misfire(i)) for i in items if not cache.exists(paths.misfire(i))
+        ]
+
+    def ops(self) -> list[Op]:
+        return self._ops
+
+    def applied(self, results: Sequence[object]) -> None:
+        self._ops = []
+
+    def refused(self, index: int, cause: RegistryError) -> bool:
+        if not isinstance(cause, NodeExistsError):
+            return False
+        del self._ops[index]
+        return True
 
 
 def misfired(cache: TreeCache, paths: JobPaths, items: list[int]) -> list[int]:
     return [i for i in items if cache.exists(paths.misfire(i))]
 
 
-def take_misfire(registry: Registry, paths: JobPaths, item: int) -> bool:
-    """Delete ``item``'s misfire flag; True only for the caller that deleted it, so two
-    paths noticing the same misfire cannot both re-run it."""
-    try:
-        registry.transaction([Delete(paths.misfire(item))])
-    except TransactionError:
-        return False
-    return True
+class TakingMisfires:
+    """Deleting the ``misfire`` flags of ``items`` (a :class:`shardcron.groupcommit.Request`).
+    ``taken`` lists the flags this request deleted: only the path that deleted a flag
+    re-runs its item, so two paths noticing the same misfire cannot both re-run it."""
+
+    def __init__(self, paths: JobPaths, items: list[int]) -> None:
+        self.paths = paths
+        self.taken = list(items)
+
+    def ops(self) -> list[Op]:
+        return [Delete(self.paths.misfire(i)) for i in self.taken]
+
+    def applied(self, results: Sequence[object]) -> None:
+        pass
+
+    def refused(self, index: int, cause: RegistryError) -> bool:
+        if not isinstance(cause, NoNodeError):
+            return False
+        del self.taken[index]
+        return True

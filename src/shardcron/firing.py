@@ -322,10 +322,13 @@ class Firing:
         if misfire:
             self._misfired.update(items)
             if self.rt.config.monitor_execution and not self.rt.suspended:
-                try:
-                    execution.mark_misfire(self.rt.registry, self.rt.cache, self.rt.paths, items)
-                except RegistryError as exc:
-                    log.info("job %s: misfire flags not written (%s)", self.rt.name, exc)
+                request = execution.MarkingMisfires(self.rt.cache, self.rt.paths, items)
+
+                def then(error: RegistryError | None) -> None:
+                    if error is not None:  # the local record re-runs them all the same
+                        log.info("job %s: misfire flags not written (%s)", self.rt.name, error)
+
+                self.rt.commits.submit(request, then)
 
     def _dispatch(self, fire: Fire) -> None:
         if fire not in self._fires:
@@ -433,20 +436,30 @@ class Firing:
             for i in flagged & mine
             if i not in self._reserved and not cache.exists(paths.running(i))
         )
-        taken = []
-        for item in ready:
-            # Only the path that deletes the registry flag re-runs the item; a flag that
-            # exists only here (monitorExecution off, or a write that failed) is ours.
-            flag = self.rt.config.monitor_execution and cache.exists(paths.misfire(item))
-            try:
-                if not flag or execution.take_misfire(self.rt.registry, paths, item):
-                    taken.append(item)
-                self._misfired.discard(item)
-            except RegistryError:
-                self._misfired.add(item)  # outcome unknown: the local record re-runs it
-        if taken:
-            log.info("job %s: running misfired items %s", self.rt.name, sorted(taken))
-            self.fire(ExecutionSource.MISFIRE, only=sorted(taken))
+        if not ready:
+            return
+        self._misfired.difference_update(ready)
+        # Only the path that deletes the registry flag re-runs the item; a flag that exists
+        # only here (monitorExecution off, or a write that failed) is ours.
+        monitored = self.rt.config.monitor_execution
+        flags = [i for i in ready if monitored and cache.exists(paths.misfire(i))]
+        ours = [i for i in ready if i not in flags]
+        request = execution.TakingMisfires(paths, flags)
+
+        def then(error: RegistryError | None) -> None:
+            if error is not None:
+                self._misfired.update(flags)  # outcome unknown: the local record re-runs them
+            taken = ours + ([] if error else request.taken)
+            self.rt.guarded(lambda: self._rerun(taken), "misfire")
+
+        self.rt.commits.submit(request, then)
+
+    def _rerun(self, items: list[int]) -> None:
+        # An item claimed meanwhile runs again already: that run covers the missed fire.
+        items = sorted(i for i in items if i not in self._reserved)
+        if items and not self.rt.stopped:
+            log.info("job %s: running misfired items %s", self.rt.name, items)
+            self.fire(ExecutionSource.MISFIRE, only=items)
 
     # -- failover -------------------------------------------------------------------------
 
