@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from shardcron import plugins
-from shardcron.config import JobConfig
+from shardcron import strategies as strategies_module
+from shardcron.admin import Admin
+from shardcron.config import JobConfig, load_config_file
 from shardcron.errors import ConfigError, ShardcronError, ShardingError
 from shardcron.paths import JobPaths
 from shardcron.registry.memory import MemoryRegistry
@@ -16,11 +22,14 @@ from shardcron.sharding import reshard
 from shardcron.strategies import (
     STRATEGIES,
     Strategy,
+    _best_scores,
+    _score_table,
     avg_allocation,
     java_string_hash,
     odevity,
     order_instances,
     register_strategy,
+    rendezvous,
     resolve_strategy,
     round_robin,
     single_sharding_balance,
@@ -169,7 +178,11 @@ def test_every_item_assigned_exactly_once(
     assert all(items == sorted(items) for items in result.values())
 
 
-@given(builtins, instance_lists.filter(bool), names, totals)
+# RENDEZVOUS only caps each instance at ceil(total / n); see its own tests below.
+java_builtins = st.sampled_from(sorted(set(STRATEGIES) - {"RENDEZVOUS"}))
+
+
+@given(java_builtins, instance_lists.filter(bool), names, totals)
 def test_sizes_differ_by_at_most_one(
     strategy_name: str, ids: list[str], job: str, total: int
 ) -> None:
@@ -335,3 +348,151 @@ def test_single_sharding_balance_is_order_independent_with_a_pinned_clock(
     assert single_sharding_balance(
         order_instances(shuffled), job, total, now_ms=now_ms
     ) == single_sharding_balance(order_instances(ids), job, total, now_ms=now_ms)
+
+
+# --- RENDEZVOUS -----------------------------------------------------------------------------
+
+
+def hosts(count: int, first: int = 0) -> list[str]:
+    return [f"10.0.{k // 250}.{k % 250}@-@{1000 + k}" for k in range(first, first + count)]
+
+
+def owners(plan: dict[str, list[int]]) -> dict[int, str]:
+    return {item: instance for instance, items in plan.items() for item in items}
+
+
+def moved(before: dict[str, list[int]], after: dict[str, list[int]]) -> int:
+    return len(set(owners(before).items()) - set(owners(after).items()))
+
+
+def test_rendezvous_gives_a_fixed_plan() -> None:
+    # Pinned: the leader that reshards may run another Python or host than the last one,
+    # and the scores must not change with them (SHAKE-128, never hash()).
+    assert rendezvous(hosts(4), "orders", 10) == {
+        "10.0.0.0@-@1000": [0, 6, 9],
+        "10.0.0.1@-@1001": [1, 2],  # at most ceil(10 / 4) = 3 each, so two get 2
+        "10.0.0.2@-@1002": [4, 7],
+        "10.0.0.3@-@1003": [3, 5, 8],
+    }
+
+
+def test_rendezvous_is_the_same_in_another_process() -> None:
+    code = "from shardcron.strategies import rendezvous; print(rendezvous(%r, 'orders', 50))"
+    here = str(Path(strategies_module.__file__).parents[1])  # this checkout's src, first
+    path = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", code % hosts(5)], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == str(rendezvous(hosts(5), "orders", 50))
+
+
+@given(st.data(), instance_lists, names, totals)
+def test_rendezvous_ignores_the_order_of_its_input(
+    data: st.DataObject, ids: list[str], job: str, total: int
+) -> None:
+    assert rendezvous(data.draw(st.permutations(ids)), job, total) == rendezvous(ids, job, total)
+
+
+@given(instance_lists.filter(bool), names, totals)
+def test_rendezvous_gives_no_instance_more_than_its_share(
+    ids: list[str], job: str, total: int
+) -> None:
+    sizes = [len(items) for items in rendezvous(ids, job, total).values()]
+    cap = -(-total // len(ids))
+    assert max(sizes) <= cap
+    assert sum(cap - size for size in sizes) < len(ids)  # follows, with every item placed
+
+
+@given(st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=6), st.integers(1, 40))
+def test_rendezvous_best_scores_are_the_per_item_maximum(seeds: list[int], total: int) -> None:
+    # The lane-parallel max must equal a plain max, whatever borrows the subtraction makes.
+    table = _score_table([str(seed) for seed in seeds], "job", total)
+    assert list(_best_scores(table, total)) == [
+        max(words[i] for words in table) for i in range(total)
+    ]
+
+
+@pytest.mark.parametrize("job", ["orders", "invoices"])
+def test_rendezvous_moves_few_items_when_one_instance_joins_or_leaves(job: str) -> None:
+    # 10,000 items over 50 instances: 200 each. The instance joining or leaving owns about
+    # 200 items; measured over 30 layouts, 1.22-1.53 x 200 move on a join and 1.44-1.59 x 200
+    # on a leave (AVG_ALLOCATION: 4,904 and 2,616-5,100).
+    ids = hosts(50)
+    before = rendezvous(ids, job, 10_000)
+    assert {len(items) for items in before.values()} == {200}
+    joined = rendezvous([*ids, "10.0.9.9@-@9999"], job, 10_000)
+    left = rendezvous(ids[:17] + ids[18:], job, 10_000)
+    assert max(len(items) for items in joined.values()) == 197  # ceil(10,000 / 51)
+    assert max(len(items) for items in left.values()) == 205  # ceil(10,000 / 49)
+    assert 196 <= moved(before, joined) <= 1.75 * 200
+    assert 200 <= moved(before, left) <= 1.75 * 200
+
+
+def test_rendezvous_plans_10000_items_over_50_instances_quickly() -> None:
+    # About 0.05 s of CPU on a 2-core CI machine; the bound only catches a slower algorithm.
+    started = time.process_time()
+    rendezvous(hosts(50), "orders", 10_000)
+    assert time.process_time() - started < 2.0
+
+
+def test_rendezvous_with_no_instances_or_no_items() -> None:
+    assert rendezvous([], "j", 5) == {}
+    assert rendezvous([S1, S2], "j", 0) == {S1: [], S2: []}
+    assert rendezvous([S1], "j", 3) == {S1: [0, 1, 2]}
+    with pytest.raises(ConfigError):
+        rendezvous([S1], "j", -1)
+
+
+def test_rendezvous_is_a_builtin_name() -> None:
+    assert resolve_strategy("RENDEZVOUS") is rendezvous
+    assert set(plugins.SHARDCRON_ONLY[plugins.Kind.STRATEGY]) <= set(STRATEGIES)
+    with pytest.raises(ConfigError, match="built-in"):
+        register_strategy("RENDEZVOUS", CustomHolder.everything_to_last)
+    cfg = JobConfig(
+        job_name="j",
+        sharding_total_count=1,
+        callable="tests.job_samples:record",
+        job_sharding_strategy_type="RENDEZVOUS",
+    )
+    # A worker checks names against its own tables (registered_only, the default).
+    assert "jobShardingStrategyType" not in [err.field for err in cfg.validate_all()]
+    typo = cfg.with_changes(job_sharding_strategy_type="RENDEVOUS")
+    (problem,) = [e for e in typo.validate_all() if e.field == "jobShardingStrategyType"]
+    assert "RENDEZVOUS" in problem.problem
+
+
+def test_rendezvous_plan_is_written_by_a_reshard() -> None:
+    registry = MemoryRegistry()
+    registry.start()
+    paths = JobPaths("job")
+    registry.put(paths.sharding_necessary, b"")
+    ids = hosts(3)
+    plan = reshard(registry, registry.tree_cache(paths.root), paths, 10, ids, rendezvous)
+    assert plan == rendezvous(ids, "job", 10)
+    written = {item: registry.get(paths.item_instance(item)) for item in range(10)}
+    assert written == {item: owner.encode() for item, owner in owners(plan).items()}
+    assert registry.stat(paths.sharding_necessary) is None
+    registry.close()
+
+
+def test_rendezvous_in_a_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.yaml"
+    fields = "callable: tests.job_samples:record, shardingTotalCount: 9"
+    path.write_text(f"jobs:\n  orders: {{{fields}, jobShardingStrategyType: RENDEZVOUS}}\n")
+    (job,) = load_config_file(path).jobs
+    assert job.job_sharding_strategy_type == "RENDEZVOUS"
+    assert resolve_strategy(job.job_sharding_strategy_type) is rendezvous
+
+
+def test_config_set_accepts_rendezvous() -> None:
+    registry = MemoryRegistry()
+    registry.start()
+    job = JobConfig(job_name="orders", sharding_total_count=3, cron="0/5 * * * * ?")
+    registry.put(JobPaths("orders").config, job.to_yaml().encode())
+    updated = Admin(registry).update_config("orders", {"jobShardingStrategyType": "RENDEZVOUS"})
+    assert updated.job_sharding_strategy_type == "RENDEZVOUS"
+    stored = registry.get(JobPaths("orders").config)
+    assert stored is not None
+    assert b"jobShardingStrategyType: RENDEZVOUS" in stored
+    registry.close()

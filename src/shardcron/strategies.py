@@ -2,12 +2,18 @@
 
 Java-compatible: for the same instance list, job name and item count, each
 built-in strategy gives the assignment that ElasticJob 3.x gives (reference
-§1.4), so mixed Java and Python clusters agree on who runs what.
+§1.4), so mixed Java and Python clusters agree on who runs what. The exception is
+RENDEZVOUS, shardcron's own low-movement strategy for big jobs, which Java lacks.
 """
 
 from __future__ import annotations
 
+import hashlib
+import heapq
+import operator
+import sys
 import time
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import cast
@@ -132,12 +138,134 @@ def single_sharding_balance(
     return avg_allocation(ordered, job_name, total)
 
 
+# A score is a 64-bit word: 31 bits from the instance's SHAKE-128 stream in the high half
+# (its top bit, the guard bit _best_scores needs, stays clear), and the instance's rank among
+# the sorted ids in the low half. The rank makes the highest score name its owner (so the
+# max is the argmax) and breaks the rare 31-bit tie by id order, which a join or leave does
+# not change between the instances that stay.
+_RANK_MASK = 0xFFFFFFFF
+_GUARD = 63
+_NO_TOP_BIT = bytes(range(128)) * 2  # a translate() table: byte & 0x7F
+
+
+def _score_table(ordered: Sequence[str], job_name: str, total: int) -> list[memoryview]:
+    """Per instance, the scores of items ``0..total-1`` as native 64-bit words.
+
+    The random halves are SHAKE-128 keyed by (job, instance), read as little-endian 32-bit
+    words: an XOF's prefix does not depend on the length asked, so an item's score does not
+    depend on ``total``, and SHAKE is standard (FIPS 202), so scores agree in every process,
+    Python version and platform, unlike ``hash()``. Every step is one C call per instance.
+    """
+    job = job_name.encode("utf-8", "surrogatepass")
+    prefix = len(job).to_bytes(4, "big") + job
+    high = 1 if sys.byteorder == "little" else 0  # the high half's place in a native word
+    table = []
+    for rank, instance_id in enumerate(ordered):
+        key = prefix + instance_id.encode("utf-8", "surrogatepass")
+        stream = bytearray(hashlib.shake_128(key).digest(4 * total))
+        stream[3::4] = stream[3::4].translate(_NO_TOP_BIT)  # the guard bit of each word
+        halves = array("I", stream)  # "I" is 4 bytes on every platform CPython supports
+        if sys.byteorder == "big":
+            halves.byteswap()
+        words = array("I", [0, rank] if high == 0 else [rank, 0]) * total
+        words[high::2] = halves
+        table.append(memoryview(words).cast("B").cast("Q"))
+    return table
+
+
+def _best_scores(table: Sequence[memoryview], total: int) -> array[int]:
+    """Each item's highest score, computed on all items at once as the 64-bit lanes of big
+    ints, so the work per (instance, item) pair runs in C: a Python loop over the 10 million
+    pairs of 100,000 items x 100 instances takes seconds."""
+    order = sys.byteorder  # an array's bytes are native words: lane i is word i either way
+    guard = int.from_bytes(array("Q", [1 << _GUARD]) * total, order)
+    best = 0
+    for words in table:
+        scores = int.from_bytes(words, order)
+        # Per lane, (best | guard) - scores keeps the guard bit iff best >= scores; the guard
+        # bit absorbs the borrow, so no lane disturbs its neighbour.
+        at_least = ((best | guard) - scores) & guard
+        keep_best = at_least - (at_least >> _GUARD)  # 63 one-bits where best >= scores
+        best = scores ^ ((best ^ scores) & keep_best)
+    return array("Q", best.to_bytes(8 * total, order))
+
+
+def rendezvous(instance_ids: Sequence[str], job_name: str, total: int) -> dict[str, list[int]]:
+    """RENDEZVOUS (shardcron only): bounded-load highest-random-weight hashing.
+
+    Each (instance, item) pair gets a pseudo-random score; an item goes to the instance
+    scoring it highest, but no instance takes more than ``ceil(total / instances)`` items:
+    the lowest-scored items of a full instance go to their next choice. This is the unique
+    stable matching for the scores, so it does not depend on the order of ``instance_ids``.
+    When one instance joins or leaves, 1.2 to 1.6 times ``total / instances`` items change
+    owner (measured), where AVG_ALLOCATION moves a quarter to a half of all items. Java
+    workers do not know the name (docs/elasticjob-compatibility.md).
+    """
+    _check(instance_ids, total)
+    if not instance_ids:
+        return {}
+    ordered = sorted(instance_ids, key=_utf16_key)
+    table = _score_table(ordered, job_name, total)
+    cap = -(-total // len(ordered))
+    # Each instance's items as a min-heap of (score, item): a full one refuses its weakest.
+    kept: list[list[tuple[int, int]]] = [[] for _ in ordered]
+    for item, best in enumerate(_best_scores(table, total)):
+        kept[best & _RANK_MASK].append((best, item))
+    refused: list[int] = []
+    for heap in kept:
+        if len(heap) > cap:
+            heap.sort(reverse=True)
+            refused.extend(item for _, item in heap[cap:])
+            del heap[cap:]
+        heapq.heapify(heap)
+    _place_refused(refused, kept, table, cap)
+    result: dict[str, list[int]] = {}
+    for instance_id, heap in zip(ordered, kept, strict=True):
+        result[instance_id] = items = [item for _, item in heap]
+        items.sort()
+    return result
+
+
+def _place_refused(
+    refused: list[int], kept: list[list[tuple[int, int]]], table: Sequence[memoryview], cap: int
+) -> None:
+    """Deferred acceptance: a refused item asks its next choice, which keeps it if it has room
+    or scores it above its weakest item (which then asks on). Only refused items, a few
+    percent, need their full ranking."""
+    rankings = _rankings(table, refused)
+    while refused:
+        item = refused.pop()
+        ranking = rankings.get(item)
+        if ranking is None:  # displaced from its first choice by a better-scored item
+            ranking = rankings[item] = _rankings(table, [item])[item]
+        score = ranking.pop()
+        heap = kept[score & _RANK_MASK]
+        if len(heap) < cap:
+            heapq.heappush(heap, (score, item))
+        elif heap[0] < (score, item):
+            refused.append(heapq.heapreplace(heap, (score, item))[1])
+        else:
+            refused.append(item)
+
+
+def _rankings(table: Sequence[memoryview], items: Sequence[int]) -> dict[int, list[int]]:
+    """Each item's scores in ascending order, without the best (the choice that refused it).
+
+    itemgetter gathers one instance's scores of every item in C."""
+    if not items:
+        return {}
+    gather = operator.itemgetter(*items, items[0])  # two keys at least: always a tuple
+    rows = zip(*(gather(words) for words in table), strict=True)
+    return {item: sorted(row)[:-1] for item, row in zip(items, rows, strict=False)}
+
+
 STRATEGIES: Mapping[str, Strategy] = MappingProxyType(
     {
         "AVG_ALLOCATION": avg_allocation,
         "ODEVITY": odevity,
         "ROUND_ROBIN": round_robin,
         "SINGLE_SHARDING_BALANCE": single_sharding_balance,
+        "RENDEZVOUS": rendezvous,
     }
 )
 
