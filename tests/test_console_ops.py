@@ -110,7 +110,14 @@ def test_enum_settings_are_selects(console: Console) -> None:
     strategy = re.search(r'<select id="f-jobShardingStrategyType".*?</select>', page, re.DOTALL)
     assert strategy, "the strategy is not a select"
     options = re.findall(r'<option value="([^"]*)"', strategy.group(0))
-    assert options == ["", "AVG_ALLOCATION", "ODEVITY", "ROUND_ROBIN", "SINGLE_SHARDING_BALANCE"]
+    assert options == [
+        "",
+        "AVG_ALLOCATION",
+        "ODEVITY",
+        "ROUND_ROBIN",
+        "SINGLE_SHARDING_BALANCE",
+        "RENDEZVOUS",
+    ]
     assert "selected>default (AVG_ALLOCATION)" in strategy.group(0)
     for key, expected in (
         ("jobErrorHandlerType", "LOG"),

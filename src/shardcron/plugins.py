@@ -25,7 +25,6 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from enum import StrEnum
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from shardcron.errors import ConfigError
@@ -47,10 +46,6 @@ _HOW = {
     Kind.LISTENER: "Scheduler(listener_types={NAME: cls}) or the worker block's listenerTypes",
     Kind.ERROR_HANDLER: "Scheduler(error_handlers={NAME: fn}) or the worker block's errorHandlers",
 }
-# Built-in names that Java workers do not have. The built-ins each caller passes are Java's
-# (the console offers them, a Java worker runs them); these are valid on any shardcron
-# worker too, without importing their implementation to check the name.
-SHARDCRON_ONLY: Mapping[Kind, tuple[str, ...]] = MappingProxyType({Kind.STRATEGY: ("RENDEZVOUS",)})
 _tables: dict[Kind, dict[str, Callable[..., object]]] = {kind: {} for kind in Kind}
 _lock = threading.Lock()
 
@@ -147,7 +142,6 @@ def name_problem(
     tool cannot see the workers' tables, so it also accepts any plain name (each worker then
     rejects one it does not know), but never a ``module:qualname`` that is not already there.
     """
-    builtins = tuple(dict.fromkeys(builtins + SHARDCRON_ONLY.get(kind, ())))
     if not name or name in builtins or lookup(kind, name) is not None:
         return None
     choices = ", ".join(builtins) if builtins else "none built in"
