@@ -168,6 +168,7 @@ class Monitor:
         self.stopped = ""  # why the run stopped early, if it did
         self.registered = math.nan  # seconds after launch: every base instance's node
         self.written = math.nan  # seconds after launch: the initial layout in the registry
+        self.instances_seen = 0  # the most instance nodes seen before all were there
         self._next = 0.0
 
     def watch(self, proc: subprocess.Popen[bytes]) -> None:
@@ -205,7 +206,9 @@ class Monitor:
         paths, root = self.paths, self.root
         try:
             if math.isnan(self.registered):
-                if len(self.admin.get_children(root + paths.instances)) >= len(self.base):
+                found = len(self.admin.get_children(root + paths.instances))
+                self.instances_seen = max(self.instances_seen, found)
+                if found >= len(self.base):
                     self.registered = time.time() - self.launched
             elif math.isnan(self.written):
                 flags = (paths.sharding_necessary, paths.sharding_processing)
@@ -287,11 +290,19 @@ class Outcome:
     registered: float = math.nan  # launch to every instance's node
     written: float = math.nan  # launch to the initial layout in the registry
     stopped: str = ""  # why the run stopped early (memory guard)
+    instances_seen: int = 0  # the most instance nodes seen while not all were there
     usage: Usage | None = None
 
 
-# Worker log lines worth counting when the layout does not converge.
-SYMPTOMS = ("resharding did not finish", "did not load", "resharding transaction raced")
+# Worker log lines worth counting when the layout does not converge, and what they mean.
+SYMPTOMS = {
+    "did not load": "a job's tree cache did not load in time, so it did not start there",
+    "missed by": "fires that came too late to run",
+    "items of gone instances": "owners gone from the layout",
+    "left half-done": "a resharding cut short",
+    "resharding did not finish": "followers gave up waiting for the layout",
+    "resharding transaction raced": "a resharding raced another",
+}
 
 
 def measure(
@@ -362,6 +373,7 @@ def measure(
         registered=monitor.registered,
         written=monitor.written,
         stopped=monitor.stopped,
+        instances_seen=monitor.instances_seen,
         usage=usage,
     )
 
@@ -499,7 +511,10 @@ def bottleneck(outcome: Outcome) -> str:
     usage = outcome.usage
     parts = [outcome.stopped] if outcome.stopped else []
     if math.isnan(outcome.registered):
-        parts.append("not every instance registered")
+        parts.append(
+            f"not every instance registered (at most {outcome.instances_seen} of "
+            f"{outcome.scale.instances})"
+        )
     elif math.isnan(outcome.written):
         parts.append(f"instances registered at {outcome.registered:.0f} s, layout never written")
     elif math.isnan(outcome.setup):
@@ -522,8 +537,9 @@ def bottleneck(outcome: Outcome) -> str:
             parts.append(f"CPU-bound: the {cores} cores were {busy:.0%} busy; {share}")
         else:
             parts.append(f"not CPU-bound ({busy:.0%} of the {cores} cores busy); {share}")
-    if symptoms := _symptoms(outcome):
-        parts.append(f"workers logged {symptoms}")
+    for symptom, meaning in SYMPTOMS.items():
+        if count := outcome.warnings.get(symptom, 0):
+            parts.append(f"workers logged {count}× '{symptom}' ({meaning})")
     return "; ".join(parts)
 
 
