@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,6 +47,40 @@ class BenchZooKeeper(ZooKeeperServer):
 
     def version(self) -> str:
         return self.mntr().get("zk_version", "?").split("-")[0]
+
+    @property
+    def pid(self) -> int:
+        """The server JVM's process id (its CPU time is read from ``/proc``)."""
+        if self._proc is None:
+            raise RuntimeError("ZooKeeper is not running")
+        return self._proc.pid
+
+    def received_by_session(self) -> dict[int, int]:
+        """Packets the server has received on each open connection, by session id (``cons``;
+        a connection's count includes its connect request and its pings)."""
+        return {
+            int(sid, 16): int(received)
+            for received, sid in _CONS_LINE.findall(self.four_letter("cons", timeout=30))
+        }
+
+    def ephemerals(self) -> dict[int, list[str]]:
+        """Every ephemeral node the server holds, by owner session id (``dump``)."""
+        found: dict[int, list[str]] = {}
+        current: list[str] | None = None
+        listing = False
+        for line in self.four_letter("dump", timeout=30).splitlines():
+            if line.startswith("Sessions with Ephemerals"):
+                listing = True
+            elif line.startswith("Connections dump"):
+                break
+            elif listing and line.startswith("0x") and line.endswith(":"):
+                current = found.setdefault(int(line[2:-1], 16), [])
+            elif listing and current is not None and line.startswith("\t/"):
+                current.append(line[1:])
+        return found
+
+
+_CONS_LINE = re.compile(r"recved=(\d+),sent=\d+,sid=0x([0-9a-fA-F]+)")
 
 
 @dataclass(frozen=True)

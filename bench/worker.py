@@ -8,6 +8,8 @@ SIGTERM, then stops them the way ``shardcron run`` does.
 With a ``status`` file, a thread appends one JSON line at every half second: the
 process's resident memory and thread count, and each instance's registry
 ``request_count``. Half seconds sit between fires, so two lines bracket whole fires.
+The first line comes once every instance has started (its jobs registered), unless
+``status_from_launch`` asks for lines from the moment the schedulers begin to start.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class WorkerSpec:
     ledger: str
     status: str = ""
     start_at: float = 0.0  # epoch seconds; 0 starts at once
+    status_from_launch: bool = False  # status lines while the jobs register, too
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -132,13 +135,16 @@ def main(argv: list[str]) -> int:
     # Everything is imported and built; several processes can now start in the same instant.
     while not stop.is_set() and time.time() < spec.start_at:
         stop.wait(min(spec.start_at - time.time(), 0.5))
+    status = threading.Thread(
+        target=_report_status, args=(Path(spec.status), schedulers, stop), daemon=True
+    )
+    if spec.status and spec.status_from_launch:
+        status.start()
     for scheduler in schedulers.values():
         scheduler.start(connect_timeout=30)
     print(f"started {len(schedulers)} instance(s)", file=sys.stderr, flush=True)
-    if spec.status:
-        threading.Thread(
-            target=_report_status, args=(Path(spec.status), schedulers, stop), daemon=True
-        ).start()
+    if spec.status and not spec.status_from_launch:
+        status.start()
     while not stop.wait(0.5):
         pass
     stoppers = [
