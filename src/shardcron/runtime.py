@@ -249,12 +249,33 @@ class JobRuntime:
         if first or not self.cache.exists(paths.server(self.ip)):
             ops += membership.server_ops(self.cache, paths, self.ip, enabled)
         ops += membership.instance_ops(self.cache, paths, self.instance, self.ip)
+        # A job nobody leads yet (a new one): the election and the resharding flag its
+        # leader sets go last in the same transaction, the 3.x order kept.
+        elect = first and enabled and election.leader(self.cache, paths) is None
         try:
-            self.registry.transaction(ops)
+            self.registry.transaction(ops + (self._election_ops() if elect else []))
         except TransactionError as exc:
             log.debug("job %s: registration raced (%s); one write at a time", self.name, exc)
             self._register_one_by_one(ops, enabled)
+            elect = False  # left to the first heal, as for any job that has a leader
         self._registered_session = session
+        if elect:
+            log.info("job %s: %s is the leader", self.name, self.instance)
+            self.reshard_due = True
+            leader = LeaderChanged(job_name=self.name, instance=self.instance, leader=True)
+            self.host.coordinate(lambda: self.emit(leader))
+
+    def _election_ops(self) -> list[Op]:
+        """Create ``leader/election/instance`` and ``leader/sharding/necessary`` (what
+        :meth:`_elect` and :meth:`_flag_resharding` write), with the parents missing."""
+        paths, cache = self.paths, self.cache
+        flags = (paths.election_instance, paths.sharding_necessary)
+        parents = [paths.leader, *(flag.rsplit("/", 1)[0] for flag in flags)]
+        ops: list[Op] = [Create(node) for node in parents if not cache.exists(node)]
+        ops.append(Create(paths.election_instance, self.instance.encode(), ephemeral=True))
+        if not cache.exists(paths.sharding_necessary):
+            ops.append(Create(paths.sharding_necessary))
+        return ops
 
     def _register_one_by_one(self, ops: list[Op], enabled: bool) -> None:
         paths = self.paths

@@ -75,6 +75,7 @@ _CHANGE_PERMS = Permissions.WRITE | Permissions.CREATE | Permissions.DELETE | Pe
 _CREATED, _DELETED, _CHANGED = 1, 2, 3
 _PERSISTENT_RECURSIVE = 1
 _GET_DATA, _GET_CHILDREN = 4, 8
+_FETCH, _TOUCH = 10, 11  # how a change applies to a cache: read its value, or not
 _NO_NODE = kx.NoNodeError.code
 # Reads per multiRead: a response of about 100 bytes a read stays far below jute.maxbuffer.
 MAX_READS_PER_REQUEST = 2000
@@ -205,8 +206,8 @@ class ZooKeeperRegistry:
         self._listeners: list[SessionListener] = []
         self._caches: CacheIndex[_ZooKeeperTreeCache] = CacheIndex()
         self._events = EventThread(f"shardcron-zk-{config.namespace}")
-        # Nodes whose values the next fetch job reads (see _fetch_later), or None.
-        self._batch: list[tuple[LocalTree, str]] | None = None
+        # The changes the next batch job applies (see _queue_change), or None.
+        self._batch: _Batch | None = None
         self._batch_lock = threading.Lock()
         self._session: int | None = None
         self._closing = False
@@ -263,54 +264,83 @@ class ZooKeeperRegistry:
 
     def _submit(self, fn: Callable[[], None]) -> None:
         """Queue ``fn`` on the event thread, after every notification received so far:
-        it closes the open fetch batch, so later notifications fetch after ``fn`` runs."""
+        it closes the open batch, so later notifications apply after ``fn`` runs."""
         with self._batch_lock:
-            self._batch = None
+            self._close_batch()
             self._events.submit(fn)
 
-    def _fetch_later(self, tree: LocalTree, path: str) -> None:
-        """Called on the connection thread: fetch ``path``'s value for ``tree``, in order.
+    def _close_batch(self) -> None:
+        """No more changes join the open batch; its reads go out now (caller holds the
+        batch lock), so they are answered by the time the event thread gets to it."""
+        batch, self._batch = self._batch, None
+        if batch is not None:
+            batch.paths = list(dict.fromkeys(p for _, p, kind in batch.changes if kind == _FETCH))
+            try:
+                batch.answers = self._send_reads([(_GET_DATA, p) for p in batch.paths])
+            except RegistryError as exc:
+                batch.failure = exc
 
-        Notifications that arrive before the event thread gets to the fetch join the same
-        batch, read in one multiRead: a burst of changes costs a few requests."""
+    def _queue_change(self, tree: LocalTree, path: str, kind: int) -> None:
+        """Called on the connection thread: apply a change notification to ``tree``, in
+        order, fetching the value if ``tree`` needs it (``kind`` is _FETCH, _TOUCH for a
+        node tracked for existence only, or _DELETED).
+
+        Changes that arrive before the event thread gets to the batch join it, and its
+        values are read in one multiRead: a burst of changes costs a request or two."""
         with self._batch_lock:
             batch = self._batch
             if batch is None:
-                batch = self._batch = []
-                self._events.submit(lambda: self._fetch(batch))
-            batch.append((tree, path))
+                batch = self._batch = _Batch()
+                self._events.submit(lambda: self._apply_batch(batch))
+            batch.changes.append((tree, path, kind))
 
-    def _fetch(self, batch: list[tuple[LocalTree, str]]) -> None:
+    def _apply_batch(self, batch: _Batch) -> None:
         with self._batch_lock:
             if self._batch is batch:
-                self._batch = None  # closed: later notifications start the next batch
-        paths = list(dict.fromkeys(path for _, path in batch))
+                self._close_batch()  # later notifications start the next batch
+        values: dict[str, bytes | list[str] | int] = {}
         try:
-            values = dict(zip(paths, self._read_many([(_GET_DATA, p) for p in paths]), strict=True))
+            if batch.failure is not None:
+                raise batch.failure
+            if batch.paths:
+                reads = [(_GET_DATA, p) for p in batch.paths]
+                values = dict(zip(batch.paths, self._collect(reads, batch.answers), strict=True))
         except RegistryError as exc:
             log.warning(
-                "lost the values of %d nodes (%s); the next resync restores them", len(paths), exc
+                "lost the values of %d nodes (%s); the next resync restores them",
+                len(batch.paths),
+                exc,
             )
-            return
-        for tree, path in batch:
-            value = values[path]
-            if isinstance(value, bytes) and not tree.closed:
+        for tree, path, kind in batch.changes:
+            if tree.closed:
+                continue
+            if kind == _DELETED:
+                tree.remove(path)
+            elif kind == _TOUCH:
+                tree.upsert(path, b"")
+            elif isinstance(value := values.get(path), bytes):
                 tree.upsert(path, value)
-            # else: deleted meanwhile, and its DELETED notification follows
+            # else: deleted meanwhile (its DELETED notification follows) or not read
 
     def _read_many(self, reads: list[tuple[int, str]]) -> list[bytes | list[str] | int]:
         """Reads (kind, path) in multiRead requests, all sent before any answer is awaited.
         Errors come back as ZooKeeper's codes; any but "no node" raises."""
+        return self._collect(reads, self._send_reads(reads))
+
+    def _send_reads(self, reads: list[tuple[int, str]]) -> list[Any]:
         client = self.client
-        chunks = [
-            reads[i : i + MAX_READS_PER_REQUEST]
-            for i in range(0, len(reads), MAX_READS_PER_REQUEST)
-        ]
         pending = []
-        for chunk in chunks:
-            answer = client.handler.async_result()
-            client._call(_MultiRead([(kind, self._full(p)) for kind, p in chunk]), answer)
-            pending.append(answer)
+        with _errors(f"read {len(reads)} nodes"):
+            for i in range(0, len(reads), MAX_READS_PER_REQUEST):
+                chunk = reads[i : i + MAX_READS_PER_REQUEST]
+                answer = client.handler.async_result()
+                client._call(_MultiRead([(kind, self._full(p)) for kind, p in chunk]), answer)
+                pending.append(answer)
+        return pending
+
+    def _collect(
+        self, reads: list[tuple[int, str]], pending: list[Any]
+    ) -> list[bytes | list[str] | int]:
         results: list[bytes | list[str] | int] = []
         with _errors(f"read {len(reads)} nodes"):
             for answer in pending:
@@ -625,6 +655,18 @@ class ZooKeeperRegistry:
         return float(zstat.mtime) / 1000
 
 
+class _Batch:
+    """Change notifications applied together, and the reads of the values they need."""
+
+    __slots__ = ("answers", "changes", "failure", "paths")
+
+    def __init__(self) -> None:
+        self.changes: list[tuple[LocalTree, str, int]] = []
+        self.paths: list[str] = []
+        self.answers: list[Any] = []
+        self.failure: RegistryError | None = None
+
+
 class _ZooKeeperTreeCache:
     def __init__(self, registry: ZooKeeperRegistry, tree: LocalTree) -> None:
         self.registry = registry
@@ -650,12 +692,9 @@ class _ZooKeeperTreeCache:
         """Called on kazoo's connection thread for each change below the root."""
         tree, registry = self.tree, self.registry
         if kind == _DELETED:
-            registry._submit(lambda: tree.remove(path))
+            registry._queue_change(tree, path, _DELETED)
         elif kind in (_CREATED, _CHANGED):
-            if tree.skip_data(path):
-                registry._submit(lambda: tree.upsert(path, b""))
-            else:
-                registry._fetch_later(tree, path)
+            registry._queue_change(tree, path, _TOUCH if tree.skip_data(path) else _FETCH)
 
 
 class _ZooKeeperLock:
