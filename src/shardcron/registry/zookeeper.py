@@ -299,6 +299,7 @@ class ZooKeeperRegistry:
             if self._batch is batch:
                 self._close_batch()  # later notifications start the next batch
         values: dict[str, bytes | list[str] | int] = {}
+        retry = False
         try:
             if batch.failure is not None:
                 raise batch.failure
@@ -306,15 +307,21 @@ class ZooKeeperRegistry:
                 reads = [(_GET_DATA, p) for p in batch.paths]
                 values = dict(zip(batch.paths, self._collect(reads, batch.answers), strict=True))
         except RegistryError as exc:
+            # Still connected (a slow answer): read them again in a later batch. Otherwise
+            # the resync after the reconnect restores them.
+            retry = self.connected and isinstance(exc, ConnectionLostError)
             log.warning(
-                "lost the values of %d nodes (%s); the next resync restores them",
+                "could not read the values of %d nodes (%s); %s",
                 len(batch.paths),
                 exc,
+                "reading them again" if retry else "the resync after reconnecting restores them",
             )
         for tree, path, kind in batch.changes:
             if tree.closed:
                 continue
-            if kind == _DELETED:
+            if kind == _FETCH and retry:
+                self._queue_change(tree, path, _FETCH)
+            elif kind == _DELETED:
                 tree.remove(path)
             elif kind == _TOUCH:
                 tree.upsert(path, b"")
