@@ -12,7 +12,7 @@ from shardcron.config import instance_yaml
 from shardcron.errors import JobConflictError, NodeExistsError
 from shardcron.model import ServerStatus
 from shardcron.paths import JobPaths, instance_ip
-from shardcron.registry import Registry, TreeCache
+from shardcron.registry import Create, Op, Registry, SetData, TreeCache
 
 
 def server_enabled(cache: TreeCache, paths: JobPaths, ip: str) -> bool:
@@ -25,6 +25,28 @@ def live_instances(cache: TreeCache, paths: JobPaths) -> list[str]:
 
 def available_instances(cache: TreeCache, paths: JobPaths) -> list[str]:
     return [i for i in live_instances(cache, paths) if server_enabled(cache, paths, instance_ip(i))]
+
+
+def server_ops(cache: TreeCache, paths: JobPaths, ip: str, enabled: bool) -> list[Op]:
+    """The ops that write ``servers/{ip}`` as ENABLED or DISABLED (none if it already is),
+    with its parent if the cache shows none: for a registration in one transaction."""
+    status = (ServerStatus.ENABLED if enabled else ServerStatus.DISABLED).encode()
+    ops: list[Op] = [] if cache.exists(paths.servers) else [Create(paths.servers)]
+    current = cache.get(paths.server(ip))
+    if current is None:
+        ops.append(Create(paths.server(ip), status))
+    elif current != status:
+        ops.append(SetData(paths.server(ip), status))
+    return ops
+
+
+def instance_ops(cache: TreeCache, paths: JobPaths, instance: str, ip: str) -> list[Op]:
+    """The ops that create this instance's ephemeral node (and its parent if missing)."""
+    ops: list[Op] = [] if cache.exists(paths.instances) else [Create(paths.instances)]
+    ops.append(
+        Create(paths.instance(instance), instance_yaml(instance, ip).encode(), ephemeral=True)
+    )
+    return ops
 
 
 def register_server(registry: Registry, paths: JobPaths, ip: str, enabled: bool) -> None:

@@ -43,7 +43,7 @@ from shardcron.firing import Firing
 from shardcron.groupcommit import GroupCommit
 from shardcron.jobs import ItemRunner
 from shardcron.listeners import JobListener, ordered
-from shardcron.model import ExecutionSource, ServerStatus, ShardingContext
+from shardcron.model import ExecutionSource, ShardingContext
 from shardcron.paths import JobPaths
 from shardcron.registry import (
     Create,
@@ -53,6 +53,7 @@ from shardcron.registry import (
     Op,
     Registry,
     SessionState,
+    SetData,
     TreeCache,
 )
 from shardcron.strategies import resolve_strategy
@@ -176,17 +177,21 @@ class JobRuntime:
     # -- start and stop -----------------------------------------------------------------
 
     def start(self) -> None:
-        """Register in the 3.x order: config, server, instance, election; then run."""
+        """Register in the 3.x order: config, server, instance, election; then run.
+
+        Config, server and instance are written in one transaction planned from the cache
+        just loaded (one round trip where ElasticJob makes a chain of them); the election
+        follows on the coordinator thread."""
         paths = self.paths
         self._cache = self.registry.tree_cache(
             paths.root, self._on_node_event, lambda p: not needs_value(paths, p)
         )
-        self._setup_config()
+        config_ops = self._setup_config()
         for listener in self.listeners:
             bind = getattr(listener, "bind", None)
             if bind is not None:  # distributed listeners coordinate through the registry
                 bind(self.registry, paths, self.instance)
-        self._register(first=True)
+        self._register(first=True, config_ops=config_ops)
         self._ready = True
         self.host.coordinate(self._begin)
         log.info("job %s started on %s", self.name, self.instance)
@@ -196,7 +201,8 @@ class JobRuntime:
         self.firing.arm()
         self._arm_heal()
 
-    def _setup_config(self) -> None:
+    def _setup_config(self) -> list[Op]:
+        """Adopt the registry's config, or return the ops that write the local one."""
         local = self.config
         # The cache was loaded a moment ago: reading from it saves two round trips per job.
         stored_ref = self.cache.get(self.paths.root)
@@ -208,9 +214,17 @@ class JobRuntime:
             )
         stored = self.cache.get(self.paths.config)
         if stored is None or local.overwrite:
-            self.registry.put(self.paths.root, local.node_value.encode())
-            self.registry.put(self.paths.config, local.to_yaml().encode())
-            return
+            ops: list[Op] = []
+            ref, yaml = local.node_value.encode(), local.to_yaml().encode()
+            if stored_ref is None:
+                ops.append(Create(self.paths.root, ref))
+            elif stored_ref != ref:
+                ops.append(SetData(self.paths.root, ref))
+            if stored is None:
+                ops.append(Create(self.paths.config, yaml))
+            elif stored != yaml:  # rewriting the same bytes would only wake every instance
+                ops.append(SetData(self.paths.config, yaml))
+            return ops
         effective = JobConfig.from_yaml(stored.decode(), self.name).with_changes(
             type=local.type, callable=local.callable
         )
@@ -221,23 +235,61 @@ class JobRuntime:
                 self.name,
                 problems[0],
             )
-            return
+            return []
         if differing := drift(effective, local):
             log.warning("%s", drift_notice(self.name, differing))
         self.config = effective
         self.trigger = _trigger(effective)
+        return []
 
-    def _register(self, first: bool) -> None:
-        """Server and instance nodes; after a new session the server node (persistent,
-        maybe DISABLED by an operator) is written only if it is missing."""
+    def _register(self, first: bool, config_ops: list[Op] | None = None) -> None:
+        """Server and instance nodes (after ``config_ops``), in one transaction planned
+        from the cache; after a new session the server node (persistent, maybe DISABLED
+        by an operator) is written only if it is missing. If the cache was behind a
+        concurrent change (another instance registering the job), one write at a time."""
         session = self.registry.session_id
         paths, enabled = self.paths, not self.config.disabled
-        status = (ServerStatus.ENABLED if enabled else ServerStatus.DISABLED).encode()
-        stored = self.cache.get(paths.server(self.ip))
-        if stored is None or (first and stored != status):
-            membership.register_server(self.registry, paths, self.ip, enabled)
-        membership.register_instance(self.registry, paths, self.instance, self.ip)
+        ops = list(config_ops or [])
+        if first or not self.cache.exists(paths.server(self.ip)):
+            ops += membership.server_ops(self.cache, paths, self.ip, enabled)
+        ops += membership.instance_ops(self.cache, paths, self.instance, self.ip)
+        # A job nobody leads yet (a new one): the election and the resharding flag its
+        # leader sets go last in the same transaction, the 3.x order kept.
+        elect = first and enabled and election.leader(self.cache, paths) is None
+        try:
+            self.registry.transaction(ops + (self._election_ops() if elect else []))
+        except TransactionError as exc:
+            log.debug("job %s: registration raced (%s); one write at a time", self.name, exc)
+            self._register_one_by_one(ops, enabled)
+            elect = False  # left to the first heal, as for any job that has a leader
         self._registered_session = session
+        if elect:
+            log.info("job %s: %s is the leader", self.name, self.instance)
+            self.reshard_due = True
+            leader = LeaderChanged(job_name=self.name, instance=self.instance, leader=True)
+            self.host.coordinate(lambda: self.emit(leader))
+
+    def _election_ops(self) -> list[Op]:
+        """Create ``leader/election/instance`` and ``leader/sharding/necessary`` (what
+        :meth:`_elect` and :meth:`_flag_resharding` write), with the parents missing."""
+        paths, cache = self.paths, self.cache
+        flags = (paths.election_instance, paths.sharding_necessary)
+        parents = [paths.leader, *(flag.rsplit("/", 1)[0] for flag in flags)]
+        ops: list[Op] = [Create(node) for node in parents if not cache.exists(node)]
+        ops.append(Create(paths.election_instance, self.instance.encode(), ephemeral=True))
+        if not cache.exists(paths.sharding_necessary):
+            ops.append(Create(paths.sharding_necessary))
+        return ops
+
+    def _register_one_by_one(self, ops: list[Op], enabled: bool) -> None:
+        paths = self.paths
+        for op in ops:
+            if op.path == paths.server(self.ip):
+                membership.register_server(self.registry, paths, self.ip, enabled)
+            elif op.path == paths.instance(self.instance):
+                membership.register_instance(self.registry, paths, self.instance, self.ip)
+            elif isinstance(op, Create | SetData) and op.path in (paths.root, paths.config):
+                self.registry.put(op.path, op.data)
 
     def begin_stop(self, operator: bool = False) -> None:
         """No new fires, no new claims; deregister once the items running here return."""

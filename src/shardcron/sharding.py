@@ -13,8 +13,9 @@
 Unlike ElasticJob, the leader does not wait for running items to finish first: an item
 that moved keeps its ``running`` node until its old owner completes it, and the new
 owner's atomic claim (see :mod:`shardcron.execution`) fails for it until then.
-Very large assignments are written in several transactions below ZooKeeper's request
-size limit; only the last one removes the flags, so nobody acts on a partial layout.
+Very large assignments are written in as few transactions as ZooKeeper's request size
+limit allows (about 10,000 moved owners each); only the last one removes the flags, so
+nobody acts on a partial layout, and the others learn the new layout in one burst.
 """
 
 from __future__ import annotations
@@ -29,9 +30,13 @@ from shardcron.strategies import Strategy, order_instances
 
 log = logging.getLogger(__name__)
 
-# ZooKeeper rejects requests over jute.maxbuffer (1 MiB by default); one op here is
-# about a hundred bytes, so this keeps every transaction far below the limit.
-MAX_OPS_PER_TRANSACTION = 2000
+# ZooKeeper rejects requests over jute.maxbuffer (1 MiB by default, and the same limit
+# holds for the transaction it logs and sends to followers): a quarter of it is headroom.
+MAX_TRANSACTION_BYTES = 768 * 1024
+# Per op of a multi: its header (type, done, err), the version or flags, each string's
+# length prefix, and for a create its ACL list (an ACL with a digest id is the largest).
+_OP_OVERHEAD_BYTES = 9 + 4 + 4 + 4
+_ACL_BYTES = 4 + 4 + (4 + 6) + (4 + 64)
 
 
 def is_necessary(cache: TreeCache, paths: JobPaths) -> bool:
@@ -166,9 +171,35 @@ def _checked(
     return assignment
 
 
+def op_bytes(op: Op, prefix: int) -> int:
+    """An upper bound of ``op``'s size in a multi request; ``prefix`` is the length the
+    registry adds to every path (ZooKeeper's chroot, ``/{namespace}``)."""
+    size = _OP_OVERHEAD_BYTES + prefix + len(op.path.encode())
+    if isinstance(op, Create | SetData):
+        size += len(op.data)
+    if isinstance(op, Create):
+        size += _ACL_BYTES
+    return size
+
+
+def chunks(ops: list[Op], prefix: int, limit: int = MAX_TRANSACTION_BYTES) -> list[list[Op]]:
+    """``ops`` cut, in order, into the fewest transactions of at most ``limit`` bytes."""
+    found: list[list[Op]] = [[]]
+    used = 0
+    for op in ops:
+        size = op_bytes(op, prefix)
+        if found[-1] and used + size > limit:
+            found.append([])
+            used = 0
+        found[-1].append(op)
+        used += size
+    return found
+
+
 def _commit_in_chunks(registry: Registry, ops: list[Op], finish: list[Op]) -> None:
-    size = MAX_OPS_PER_TRANSACTION
-    chunks = [ops[i : i + size] for i in range(0, len(ops), size)] or [[]]
-    for chunk in chunks[:-1]:
+    prefix = len(registry.namespace.encode()) + 1
+    room = MAX_TRANSACTION_BYTES - sum(op_bytes(op, prefix) for op in finish)
+    cut = chunks(ops, prefix, room)
+    cut[-1] += finish  # the flags go with the last owners
+    for chunk in cut:
         registry.transaction(chunk)
-    registry.transaction(chunks[-1] + finish)

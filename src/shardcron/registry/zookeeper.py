@@ -7,9 +7,12 @@ kazoo 2.11 does not expose, so this module sends that request itself and routes 
 notifications. One registration per cache replaces the one-shot watch that kazoo's
 TreeCache re-arms with a read on every change: an instance that only observes others'
 writes makes no request at all, which is what keeps a fire within two round trips.
-Values are fetched only for nodes whose value matters (``skip_data`` says which); the
-fetch is pipelined from the connection thread, so a burst of thousands of changes
-(resharding at scale) costs one batch of concurrent reads, not a serial chain.
+Values are fetched only for nodes whose value matters (``skip_data`` says which), and
+in batches: notifications that arrive while the event thread is busy join one
+*multiRead* (ZooKeeper 3.6+, several reads in one request), so a burst of thousands of
+changes (a resharding at scale) costs a few requests, not one read per event. Cache
+loads read level by level, each level one multiRead across every cache being loaded,
+and run on the caller's thread: many caches load side by side.
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ from typing import Any, Self
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.serialization import Watch, write_string
+from kazoo.protocol.serialization import (
+    Watch,
+    int_struct,
+    multiheader_struct,
+    read_buffer,
+    read_string,
+    stat_struct,
+    write_string,
+)
 from kazoo.recipe.lock import Lock as KazooLock
 from kazoo.retry import KazooRetry, RetryFailedError
 from kazoo.security import CREATOR_ALL_ACL, Permissions, make_digest_acl
@@ -63,6 +74,11 @@ _CHANGE_PERMS = Permissions.WRITE | Permissions.CREATE | Permissions.DELETE | Pe
 
 _CREATED, _DELETED, _CHANGED = 1, 2, 3
 _PERSISTENT_RECURSIVE = 1
+_GET_DATA, _GET_CHILDREN = 4, 8
+_FETCH, _TOUCH = 10, 11  # how a change applies to a cache: read its value, or not
+_NO_NODE = kx.NoNodeError.code
+# Reads per multiRead: a response of about 100 bytes a read stays far below jute.maxbuffer.
+MAX_READS_PER_REQUEST = 2000
 
 
 class _AddWatch(namedtuple("_AddWatch", "path mode")):
@@ -78,6 +94,47 @@ class _AddWatch(namedtuple("_AddWatch", "path mode")):
     @classmethod
     def deserialize(cls, buffer: bytes, offset: int) -> bool:
         return True
+
+
+class _MultiRead(namedtuple("_MultiRead", "ops")):
+    """ZooKeeper's multiRead request (opcode 22, 3.6+), missing from kazoo: several
+    getData/getChildren in one round trip. Each read answers on its own: a missing node
+    fails its read only. Results are bytes (data), a list (children) or an int (error)."""
+
+    type = 22
+
+    def serialize(self) -> bytearray:
+        b = bytearray()
+        for kind, path in self.ops:
+            b.extend(multiheader_struct.pack(kind, False, -1))
+            b.extend(write_string(path))
+            b.append(0)  # no one-shot watch: the persistent one covers it
+        b.extend(multiheader_struct.pack(-1, True, -1))
+        return b
+
+    @classmethod
+    def deserialize(cls, buffer: bytes, offset: int) -> list[bytes | list[str] | int]:
+        results: list[bytes | list[str] | int] = []
+        while True:
+            kind, done, _err = multiheader_struct.unpack_from(buffer, offset)
+            offset += multiheader_struct.size
+            if done:
+                return results
+            if kind == _GET_DATA:
+                data, offset = read_buffer(buffer, offset)
+                offset += stat_struct.size
+                results.append(b"" if data is None else bytes(data))
+            elif kind == _GET_CHILDREN:
+                count = int_struct.unpack_from(buffer, offset)[0]
+                offset += int_struct.size
+                names = []
+                for _ in range(max(count, 0)):
+                    name, offset = read_string(buffer, offset)
+                    names.append(name)
+                results.append(names)
+            else:  # an error result
+                results.append(int_struct.unpack_from(buffer, offset)[0])
+                offset += int_struct.size
 
 
 _ERRORS: list[tuple[type[Exception], type[RegistryError]]] = [
@@ -149,6 +206,9 @@ class ZooKeeperRegistry:
         self._listeners: list[SessionListener] = []
         self._caches: CacheIndex[_ZooKeeperTreeCache] = CacheIndex()
         self._events = EventThread(f"shardcron-zk-{config.namespace}")
+        # The changes the next batch job applies (see _queue_change), or None.
+        self._batch: _Batch | None = None
+        self._batch_lock = threading.Lock()
         self._session: int | None = None
         self._closing = False
         self._suspended = False
@@ -195,19 +255,155 @@ class ZooKeeperRegistry:
             self._session = session
             self._suspended = False
             if self._caches:
-                self._events.submit(self._resync_caches)
+                self._submit(self._resync_caches)
             self._publish(SessionState.RECONNECTED if same else SessionState.CONNECTED)
 
     def _publish(self, state: SessionState) -> None:
         for listener in list(self._listeners):
-            self._events.submit(lambda fn=listener: fn(state))  # type: ignore[misc]
+            self._submit(lambda fn=listener: fn(state))  # type: ignore[misc]
+
+    def _submit(self, fn: Callable[[], None]) -> None:
+        """Queue ``fn`` on the event thread, after every notification received so far:
+        it closes the open batch, so later notifications apply after ``fn`` runs."""
+        with self._batch_lock:
+            self._close_batch()
+            self._events.submit(fn)
+
+    def _close_batch(self) -> None:
+        """No more changes join the open batch; its reads go out now (caller holds the
+        batch lock), so they are answered by the time the event thread gets to it."""
+        batch, self._batch = self._batch, None
+        if batch is not None:
+            batch.paths = list(dict.fromkeys(p for _, p, kind in batch.changes if kind == _FETCH))
+            try:
+                batch.answers = self._send_reads([(_GET_DATA, p) for p in batch.paths])
+            except RegistryError as exc:
+                batch.failure = exc
+
+    def _queue_change(self, tree: LocalTree, path: str, kind: int) -> None:
+        """Called on the connection thread: apply a change notification to ``tree``, in
+        order, fetching the value if ``tree`` needs it (``kind`` is _FETCH, _TOUCH for a
+        node tracked for existence only, or _DELETED).
+
+        Changes that arrive before the event thread gets to the batch join it, and its
+        values are read in one multiRead: a burst of changes costs a request or two."""
+        with self._batch_lock:
+            batch = self._batch
+            if batch is None:
+                batch = self._batch = _Batch()
+                self._events.submit(lambda: self._apply_batch(batch))
+            batch.changes.append((tree, path, kind))
+
+    def _apply_batch(self, batch: _Batch) -> None:
+        with self._batch_lock:
+            if self._batch is batch:
+                self._close_batch()  # later notifications start the next batch
+        values: dict[str, bytes | list[str] | int] = {}
+        retry = False
+        try:
+            if batch.failure is not None:
+                raise batch.failure
+            if batch.paths:
+                reads = [(_GET_DATA, p) for p in batch.paths]
+                values = dict(zip(batch.paths, self._collect(reads, batch.answers), strict=True))
+        except RegistryError as exc:
+            # Still connected (a slow answer): read them again in a later batch. Otherwise
+            # the resync after the reconnect restores them.
+            retry = self.connected and isinstance(exc, ConnectionLostError)
+            log.warning(
+                "could not read the values of %d nodes (%s); %s",
+                len(batch.paths),
+                exc,
+                "reading them again" if retry else "the resync after reconnecting restores them",
+            )
+        for tree, path, kind in batch.changes:
+            if tree.closed:
+                continue
+            if kind == _FETCH and retry:
+                self._queue_change(tree, path, _FETCH)
+            elif kind == _DELETED:
+                tree.remove(path)
+            elif kind == _TOUCH:
+                tree.upsert(path, b"")
+            elif isinstance(value := values.get(path), bytes):
+                tree.upsert(path, value)
+            # else: deleted meanwhile (its DELETED notification follows) or not read
+
+    def _read_many(self, reads: list[tuple[int, str]]) -> list[bytes | list[str] | int]:
+        """Reads (kind, path) in multiRead requests, all sent before any answer is awaited.
+        Errors come back as ZooKeeper's codes; any but "no node" raises."""
+        return self._collect(reads, self._send_reads(reads))
+
+    def _send_reads(self, reads: list[tuple[int, str]]) -> list[Any]:
+        client = self.client
+        pending = []
+        with _errors(f"read {len(reads)} nodes"):
+            for i in range(0, len(reads), MAX_READS_PER_REQUEST):
+                chunk = reads[i : i + MAX_READS_PER_REQUEST]
+                answer = client.handler.async_result()
+                client._call(_MultiRead([(kind, self._full(p)) for kind, p in chunk]), answer)
+                pending.append(answer)
+        return pending
+
+    def _collect(
+        self, reads: list[tuple[int, str]], pending: list[Any]
+    ) -> list[bytes | list[str] | int]:
+        results: list[bytes | list[str] | int] = []
+        with _errors(f"read {len(reads)} nodes"):
+            for answer in pending:
+                results += answer.get(timeout=30)
+        for (_, path), result in zip(reads, results, strict=True):
+            if isinstance(result, int) and result != _NO_NODE:
+                raise _translate(kx.EXCEPTIONS[result](), f"read {path}")
+        return results
+
+    def _read_trees(
+        self, caches: list[_ZooKeeperTreeCache], arm: bool = True
+    ) -> list[dict[str, bytes]]:
+        """Snapshots of the caches' subtrees, read level by level across all of them; the
+        persistent watches are armed first (in the same pipeline), so no change is lost."""
+        client = self.client
+        armed = []
+        if arm:
+            with _errors("watch"):
+                for cache in caches:
+                    answer = client.handler.async_result()
+                    request = _AddWatch(self._full(cache.tree.root), _PERSISTENT_RECURSIVE)
+                    client._call(request, answer)
+                    armed.append(answer)
+        snapshots: list[dict[str, bytes]] = [{} for _ in caches]
+        level = [(k, cache.tree.root) for k, cache in enumerate(caches)]
+        while level:
+            reads: list[tuple[int, int, str]] = []
+            for k, path in level:
+                reads.append((k, _GET_CHILDREN, path))
+                if not caches[k].tree.skip_data(path):
+                    reads.append((k, _GET_DATA, path))
+            results = self._read_many([(kind, path) for _, kind, path in reads])
+            level = []
+            for (k, _kind, path), result in zip(reads, results, strict=True):
+                if isinstance(result, int):  # no node: gone (or not there yet)
+                    snapshots[k].pop(path, None)
+                elif isinstance(result, list):
+                    snapshots[k].setdefault(path, b"")
+                    level.extend((k, join(path, name)) for name in result)
+                else:
+                    snapshots[k][path] = result
+        with _errors("watch"):
+            for answer in armed:
+                answer.get(timeout=30)
+        return snapshots
 
     def _resync_caches(self) -> None:
-        for cache in self._caches.all():
-            try:
-                cache.load()
-            except RegistryError:
-                log.warning("could not resync the cache of %s; next reconnect retries", cache)
+        caches = self._caches.all()
+        try:
+            snapshots = self._read_trees(caches)
+        except RegistryError as exc:
+            log.warning("could not resync %d caches (%s); next reconnect retries", len(caches), exc)
+            return
+        for cache, snapshot in zip(caches, snapshots, strict=True):
+            if not cache.tree.closed:
+                cache.tree.replace_all(snapshot)
 
     def _full(self, path: str) -> str:
         chroot = self.client.chroot or ""
@@ -329,11 +525,38 @@ class ZooKeeperRegistry:
     ) -> str:
         # Not retried: after a connection loss the create may have happened; callers decide.
         with _errors(f"create {path}"):
-            return str(
-                self.client.create(
-                    path, data, ephemeral=ephemeral, sequence=sequential, makepath=True
-                )
-            )
+            return self._create(path, data, ephemeral=ephemeral, sequential=sequential)
+
+    def _create(
+        self, path: str, data: bytes, *, ephemeral: bool = False, sequential: bool = False
+    ) -> str:
+        """Create, with missing parents: two round trips at most, whatever the depth (the
+        server applies one session's requests in order, so the parents' creates and the
+        node's are sent together), where kazoo's makepath checks each ancestor in turn."""
+        client = self.client
+        try:
+            return str(client.create(path, data, ephemeral=ephemeral, sequence=sequential))
+        except kx.NoNodeError:
+            pass
+        parts = path.strip("/").split("/")[:-1]
+        ancestors = ["/" + "/".join(parts[: n + 1]) for n in range(len(parts))]
+        for trust_caches in (True, False):
+            missing = [a for a in ancestors if not (trust_caches and self._cached(a))]
+            parents = [client.create_async(a) for a in missing]
+            created = client.create_async(path, data, ephemeral=ephemeral, sequence=sequential)
+            for parent in parents:
+                with contextlib.suppress(kx.NodeExistsError):
+                    parent.get()
+            try:
+                return str(created.get())
+            except kx.NoNodeError:
+                if not trust_caches:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _cached(self, path: str) -> bool:
+        """Whether a cache shows ``path`` (it may be a moment behind: a hint, not a fact)."""
+        return any(cache.tree.exists(path) for cache in self._caches.covering(path))
 
     def put(self, path: str, data: bytes) -> None:
         def put_once() -> None:
@@ -341,7 +564,7 @@ class ZooKeeperRegistry:
                 self.client.set(path, data)
             except kx.NoNodeError:
                 try:
-                    self.client.create(path, data, makepath=True)
+                    self._create(path, data)
                 except kx.NodeExistsError:
                     self.client.set(path, data)
 
@@ -392,23 +615,38 @@ class ZooKeeperRegistry:
         timeout: float = 15.0,
     ) -> _ZooKeeperTreeCache:
         cache = _ZooKeeperTreeCache(self, LocalTree(path, listener, skip_data))
-        self._caches.add(path, cache)
-        loaded = threading.Event()
+        if self._events.is_current():  # a listener making a cache: load it right here
+            self._caches.add(path, cache)
+            try:
+                cache.tree.replace_all(self._read_trees([cache])[0])
+            except RegistryError:
+                cache.close()
+                raise
+            return cache
+        # The snapshot is applied on the event thread, ahead of every notification that
+        # follows the watch; it is read here, so several caches load side by side.
+        read, loaded = threading.Event(), threading.Event()
+        snapshot: list[dict[str, bytes]] = []
         failure: list[RegistryError] = []
 
-        def load() -> None:
-            try:
-                cache.load()
-            except RegistryError as exc:
-                failure.append(exc)
+        def apply() -> None:
+            if read.wait(timeout) and snapshot and not cache.tree.closed:
+                cache.tree.replace_all(snapshot[0])
             loaded.set()
 
-        self._events.submit(load)
-        if not loaded.wait(timeout):
-            raise ConnectionLostError(f"tree cache of {path} did not load in {timeout}s")
+        self._submit(apply)
+        self._caches.add(path, cache)  # notifications from now on queue behind apply
+        try:
+            snapshot += self._read_trees([cache])
+        except RegistryError as exc:
+            failure.append(exc)
+        read.set()
         if failure:
             cache.close()
             raise failure[0]
+        if not loaded.wait(timeout) or not snapshot:
+            cache.close()
+            raise ConnectionLostError(f"tree cache of {path} did not load in {timeout}s")
         return cache
 
     def lock(self, path: str) -> _ZooKeeperLock:
@@ -419,9 +657,21 @@ class ZooKeeperRegistry:
             try:
                 zstat = self.client.set(path, b"")
             except kx.NoNodeError:
-                self.client.create(path, b"", makepath=True)
+                self._create(path, b"")
                 zstat = self.client.exists(path)
         return float(zstat.mtime) / 1000
+
+
+class _Batch:
+    """Change notifications applied together, and the reads of the values they need."""
+
+    __slots__ = ("answers", "changes", "failure", "paths")
+
+    def __init__(self) -> None:
+        self.changes: list[tuple[LocalTree, str, int]] = []
+        self.paths: list[str] = []
+        self.answers: list[Any] = []
+        self.failure: RegistryError | None = None
 
 
 class _ZooKeeperTreeCache:
@@ -447,55 +697,11 @@ class _ZooKeeperTreeCache:
 
     def notify(self, kind: int, path: str) -> None:
         """Called on kazoo's connection thread for each change below the root."""
-        tree, events = self.tree, self.registry._events
+        tree, registry = self.tree, self.registry
         if kind == _DELETED:
-            events.submit(lambda: tree.remove(path))
+            registry._queue_change(tree, path, _DELETED)
         elif kind in (_CREATED, _CHANGED):
-            if tree.skip_data(path):
-                events.submit(lambda: tree.upsert(path, b""))
-                return
-            pending = self.registry.client.get_async(path)
-
-            def apply() -> None:
-                try:
-                    data, _ = pending.get(timeout=30)
-                except kx.NoNodeError:
-                    return  # already deleted; its DELETED event follows
-                except (kx.KazooException, KazooTimeoutError):
-                    log.warning("lost the value of %s; the next resync restores it", path)
-                    return
-                tree.upsert(path, bytes(data))
-
-            events.submit(apply)
-
-    def load(self) -> None:
-        """Arm the persistent watch, then read the subtree: changes during the read queue up."""
-        client, root = self.registry.client, self.tree.root
-        with _errors(f"watch {root}"):
-            armed = client.handler.async_result()
-            client._call(_AddWatch(self.registry._full(root), _PERSISTENT_RECURSIVE), armed)
-            armed.get(timeout=30)
-        snapshot: dict[str, bytes] = {}
-        level = [root]
-        with _errors(f"load {root}"):
-            while level:
-                kids = [(p, client.get_children_async(p)) for p in level]
-                datas = [(p, client.get_async(p)) for p in level if not self.tree.skip_data(p)]
-                next_level: list[str] = []
-                for p, pending in kids:
-                    try:
-                        names = pending.get(timeout=30)
-                    except kx.NoNodeError:
-                        continue
-                    snapshot.setdefault(p, b"")
-                    next_level.extend(join(p, n) for n in names)
-                for p, pending in datas:
-                    try:
-                        snapshot[p] = bytes(pending.get(timeout=30)[0])
-                    except kx.NoNodeError:
-                        snapshot.pop(p, None)
-                level = next_level
-        self.tree.replace_all(snapshot)
+            registry._queue_change(tree, path, _TOUCH if tree.skip_data(path) else _FETCH)
 
 
 class _ZooKeeperLock:

@@ -1,0 +1,185 @@
+"""Registration and layout reads at scale: many jobs in one process, big layouts.
+
+What users rely on: a process with many jobs registers all of them, in a few round
+trips each; a cache shows exactly the registry's layout after a resharding of thousands
+of items, learnt in a few reads rather than one per changed node; the leader writes a
+big layout in few transactions, each under ZooKeeper's request size limit.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from shardcron import sharding
+from shardcron.config import JobConfig
+from shardcron.model import ShardingContext
+from shardcron.paths import JobPaths
+from shardcron.registry import Create, Op, OpResult, SetData
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.scheduler import Scheduler
+from shardcron.strategies import avg_allocation
+from shardcron.testing import ZooKeeperServer, unique_namespace
+from tests.conftest import Backend
+from tests.helpers import wait_until
+
+A, B, C = (f"127.0.0.{n}@-@{2000 + n}" for n in range(1, 4))
+NEVER = "0 0 0 1 1 ? 2099"
+
+
+def noop(ctx: ShardingContext) -> None:
+    pass
+
+
+def _jobs(scheduler: Scheduler, count: int) -> None:
+    for n in range(count):
+        config = JobConfig(job_name=f"job{n}", cron=NEVER, sharding_total_count=2)
+        scheduler.add_job(config, noop)
+
+
+def _registered(zk: Scheduler, instance: str, count: int) -> bool:
+    registry = zk.registry
+    return all(
+        registry.stat(JobPaths(f"job{n}").instance(instance)) is not None for n in range(count)
+    )
+
+
+def test_many_jobs_register_in_a_few_round_trips_each(zookeeper: ZooKeeperServer) -> None:
+    jobs = 300
+    url = f"zk://{zookeeper.connect_string}/{unique_namespace()}"
+    scheduler = Scheduler(url, instance_id=A)
+    _jobs(scheduler, jobs)
+    try:
+        began = time.monotonic()
+        scheduler.start()
+        took = time.monotonic() - began
+        assert not scheduler.failed
+        assert len(scheduler.runtimes) == jobs
+        # Per job: the cache's watch and load, one transaction for config, server and
+        # instance, the election and the resharding flag, the cache's batched value reads
+        # (34 requests per job when each write was a chain of round trips).
+        assert scheduler.registry.request_count / jobs < 12
+        assert took < 60  # seconds: a generous bound for a shared CI machine
+        assert _registered(scheduler, A, jobs)
+
+        def cached(n: int) -> bool:
+            paths, cache = JobPaths(f"job{n}"), scheduler.runtimes[f"job{n}"].cache
+            return (
+                cache.exists(paths.instance(A))
+                and cache.get(paths.server("127.0.0.1")) == b"ENABLED"
+                and cache.get(paths.config) is not None
+            )
+
+        wait_until(lambda: all(cached(n) for n in range(jobs)), what="every cache to follow")
+        wait_until(
+            lambda: all(rt.is_leader() for rt in scheduler.runtimes.values()),
+            timeout=60,
+            what="every job to elect its leader",
+        )
+    finally:
+        scheduler.stop(grace=2)
+
+
+def test_two_processes_registering_the_same_jobs_at_once_both_register(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """Their caches race (each plans creates the other makes first): nobody fails."""
+    jobs = 40
+    url = f"zk://{zookeeper.connect_string}/{unique_namespace()}"
+    first, second = Scheduler(url, instance_id=A), Scheduler(url, instance_id=B)
+    for scheduler in (first, second):
+        _jobs(scheduler, jobs)
+    starters = [threading.Thread(target=s.start) for s in (first, second)]
+    try:
+        for starter in starters:
+            starter.start()
+        for starter in starters:
+            starter.join(60)
+        assert not first.failed and not second.failed
+        assert _registered(first, A, jobs) and _registered(first, B, jobs)
+    finally:
+        first.stop(grace=2)
+        second.stop(grace=2)
+
+
+@pytest.mark.parametrize("total", [5000])
+def test_a_cache_equals_the_registry_after_a_big_resharding(backend: Backend, total: int) -> None:
+    leader, follower = backend.session(), backend.session()
+    paths = JobPaths("big")
+    leader.put(paths.config, b"x")
+    leader_cache = leader.tree_cache(paths.root)
+    cache = follower.tree_cache(paths.root)
+
+    def reshard(instances: list[str]) -> dict[str, list[int]] | None:
+        sharding.set_flag(leader, paths)
+        wait_until(lambda: leader_cache.exists(paths.sharding_necessary), what="the flag")
+        return sharding.reshard(leader, leader_cache, paths, total, instances, avg_allocation)
+
+    def shows(assignment: dict[str, list[int]]) -> bool:
+        return not cache.exists(paths.sharding_necessary) and all(
+            cache.get(paths.item_instance(i)) == owner.encode()
+            for owner, items in assignment.items()
+            for i in items
+        )
+
+    first = reshard([A, B])
+    assert first is not None
+    wait_until(lambda: shows(first), timeout=60, what="the first layout")
+    wait_until(lambda: shows(first) and sharding.owner(leader_cache, paths, 0), what="leader")
+    before = follower.request_count
+    second = reshard([A, B, C])  # half of the owners move
+    assert second is not None
+    wait_until(lambda: shows(second), timeout=60, what="the new layout")
+    for i in range(total):  # the cache holds what the registry holds, item by item
+        assert cache.get(paths.item_instance(i)) == follower.get(paths.item_instance(i))
+    assert sorted(cache.children(paths.sharding), key=int) == [str(i) for i in range(total)]
+    # Watching the burst cost the follower a few batched reads, not one per change.
+    moved = sum(1 for i in range(total) if first_owner(first, i) != first_owner(second, i))
+    assert moved >= total / 2
+    assert follower.request_count - before - total < moved / 20
+
+
+def first_owner(assignment: dict[str, list[int]], item: int) -> str:
+    return next(owner for owner, items in assignment.items() if item in items)
+
+
+class _Recording(MemoryRegistry):
+    def __init__(self) -> None:
+        super().__init__(namespace="a-namespace")
+        self.transactions: list[list[Op]] = []
+
+    def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
+        self.transactions.append(list(ops))
+        return super().transaction(ops)
+
+
+def test_a_big_layout_is_written_in_few_transactions_under_the_size_limit() -> None:
+    registry = _Recording()
+    registry.start()
+    paths = JobPaths("big")
+    registry.put(paths.config, b"x")
+    cache = registry.tree_cache(paths.root)
+    total = 30_000
+    for instances in ([A, B], [A, B, C]):
+        sharding.set_flag(registry, paths)
+        wait_until(lambda: cache.exists(paths.sharding_necessary), what="the flag")
+        registry.transactions.clear()
+        assert sharding.reshard(registry, cache, paths, total, instances, avg_allocation)
+        wait_until(lambda: not cache.exists(paths.sharding_necessary), timeout=30, what="flag")
+        prefix = len("/a-namespace")
+        sizes = [sum(sharding.op_bytes(op, prefix) for op in t) for t in registry.transactions]
+        assert all(size <= sharding.MAX_TRANSACTION_BYTES for size in sizes)
+        ops = sum(len(t) for t in registry.transactions)
+        # Each transaction but the last is nearly full; the flags go with the last one.
+        assert len(sizes) <= 1 + sum(sizes) // (sharding.MAX_TRANSACTION_BYTES - 200)
+        assert ops > 10_000
+        last = registry.transactions[-1]
+        assert [op.path for op in last[-2:]] == [
+            paths.sharding_necessary,
+            paths.sharding_processing,
+        ]
+        assert all(isinstance(op, Create | SetData) for t in registry.transactions[:-1] for op in t)
+    registry.close()
