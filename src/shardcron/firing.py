@@ -523,6 +523,7 @@ class Firing:
         if not fire.claim.items:
             self._drop(fire)
             return  # running again already: the sweep settles the queue entry
+        self.rt.commits.claimed()
         log.warning("job %s: took over item %d from a lost instance", self.rt.name, item)
         self.rt.emit(FailoverClaimed(job_name=self.rt.name, instance=self.rt.instance, item=item))
         self._dispatch(fire)
