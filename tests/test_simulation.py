@@ -228,6 +228,8 @@ def test_request_kinds_are_told_apart_by_their_ops() -> None:
     )
     assert kind_of("create", [Create(p.election_instance)]) is Kind.ELECTION
     assert kind_of("create", [Create(p.instance("x@-@1"), ephemeral=True)]) is Kind.REGISTRATION
+    registration = [Create(p.instance("x@-@1"), ephemeral=True), Create(p.election_instance)]
+    assert kind_of("transaction", registration) is Kind.REGISTRATION
     assert kind_of("transaction", [Create(p.misfire(0))]) is Kind.MISFIRE_WRITE
     assert kind_of("transaction", [Delete(p.misfire(0))]) is Kind.MISFIRE_TAKE
     assert kind_of("get", [Check(p.config)]) is Kind.OTHER

@@ -96,14 +96,14 @@ def kind_of(method: str, ops: Sequence[Op]) -> Kind:
         return Kind.COMPLETION
     if (Create, "queue") in roles:
         return Kind.FAILOVER_QUEUE
+    if (Create, "instance") in roles:  # one transaction, with the job's election if new
+        return Kind.REGISTRATION
     if method == "create" and (Create, "processing") in roles:
         return Kind.RESHARD_PROCESSING
     if (Delete, "necessary") in roles and method == "transaction":
         return Kind.RESHARD_COMMIT
     if method == "create" and (Create, "election") in roles:
         return Kind.ELECTION
-    if method == "create" and (Create, "instance") in roles:
-        return Kind.REGISTRATION
     if (Create, "misfire") in roles:
         return Kind.MISFIRE_WRITE
     if (Delete, "misfire") in roles:
