@@ -26,7 +26,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from shardcron import groupcommit
 from shardcron.errors import (
     BadVersionError,
     NodeExistsError,
@@ -103,22 +102,6 @@ class Claiming:
         return True
 
 
-def claim(
-    registry: Registry,
-    cache: TreeCache,
-    paths: JobPaths,
-    items: list[int],
-    instance: str,
-    *,
-    extra: list[Op] | None = None,
-    trust_cache: bool = True,
-) -> Claim:
-    """:class:`Claiming` on its own, at once."""
-    request = Claiming(cache, paths, items, instance, extra=extra, trust_cache=trust_cache)
-    groupcommit.run_now(registry, request)
-    return request.result
-
-
 class Completing:
     """Removing the claims made at ``versions`` (plus each item's ``extra`` deletions), as
     a :class:`shardcron.groupcommit.Request`.
@@ -161,18 +144,6 @@ class Completing:
         else:
             return False
         return True
-
-
-def complete(
-    registry: Registry,
-    paths: JobPaths,
-    versions: dict[int, int],
-    extra: dict[int, list[Op]] | None = None,
-) -> list[int]:
-    """:class:`Completing` on its own, at once; returns its ``done``."""
-    request = Completing(paths, versions, extra)
-    groupcommit.run_now(registry, request)
-    return request.done
 
 
 def settle(registry: Registry, paths: JobPaths, items: list[int]) -> Claim:

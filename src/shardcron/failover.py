@@ -14,7 +14,7 @@ Protocol (ElasticJob 3.x nodes, plus the ``running/lease`` of :mod:`shardcron.ex
   idle instance also takes the others' share at once, a busy one only after a short
   grace, and then runs them beside its own items.
 * Completion deletes the claim and ``failover``/``failovering`` together, conditional on
-  the claim (see :func:`shardcron.execution.complete`).
+  the claim (see :class:`shardcron.execution.Completing`).
 
 Unlike ElasticJob, claiming does not wait for the claimant's own run to end, and every
 queued item is taken, not one per idle instance per fire.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from shardcron import execution, failover, membership, sharding
+from shardcron import execution, failover, groupcommit, membership, sharding
 from shardcron.errors import ClockSkewError, RegistryError, ShardcronError, TransactionError
 from shardcron.events import FailoverClaimed, ItemsSkipped
 from shardcron.fire import Fire, FirePath
@@ -504,16 +504,15 @@ class Firing:
         fire.session = self.rt.registry.session_id
         self._reserve([item])
         self._fires.append(fire)
+        paths, instance = self.rt.paths, self.rt.instance
+        extra = failover.claim_ops(paths, item, instance)
+        # On its own, at once: contended by every idle instance, it would cost a batch a retry.
+        request = execution.Claiming(
+            self.rt.cache, paths, [item], instance, extra=extra, trust_cache=False
+        )
         try:
-            fire.claim = execution.claim(
-                self.rt.registry,
-                self.rt.cache,
-                self.rt.paths,
-                [item],
-                self.rt.instance,
-                extra=failover.claim_ops(self.rt.paths, item, self.rt.instance),
-                trust_cache=False,
-            )
+            groupcommit.run_now(self.rt.registry, request)
+            fire.claim = request.result
         except TransactionError:
             self._drop(fire)
             return  # another instance took it first
