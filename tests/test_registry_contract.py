@@ -164,6 +164,22 @@ def test_tree_cache_loads_and_follows_changes(backend: Backend) -> None:
     cache.close()
 
 
+def test_a_burst_of_own_writes_and_the_next_write_reach_the_cache(backend: Backend) -> None:
+    # A group commit pushes thousands of watch events ahead of its own answer; they are
+    # read in big chunks, and the change after them must not wait in a buffer.
+    session = backend.session()
+    session.put("/job/sharding", b"")
+    events: list[NodeEvent] = []
+    cache = session.tree_cache("/job", events.append)
+    events.clear()
+    session.transaction([Create(f"/job/sharding/{i}", b"x") for i in range(3000)])
+    wait_until(lambda: len(cache.children("/job/sharding")) == 3000, what="the burst")
+    session.put("/job/config", b"after")
+    wait_until(lambda: cache.get("/job/config") == b"after", what="the write after it")
+    added = [e.path for e in events if e.type is EventType.ADDED]
+    assert added == [f"/job/sharding/{i}" for i in range(3000)] + ["/job/config"]
+
+
 def test_watching_others_costs_no_requests(backend: Backend) -> None:
     writer, reader = backend.session(), backend.session()
     writer.put("/job/sharding/0", b"")

@@ -1,4 +1,5 @@
-"""The ZooKeeper registry, through kazoo: the only module that imports kazoo.
+"""The ZooKeeper registry, through kazoo: with :mod:`.zkwire`, the only module that
+imports kazoo.
 
 Every kazoo exception becomes a :mod:`shardcron.errors` error here and nowhere else.
 
@@ -21,7 +22,6 @@ import contextlib
 import logging
 import threading
 import warnings
-from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Self
@@ -29,15 +29,7 @@ from typing import Any, Self
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.serialization import (
-    Watch,
-    int_struct,
-    multiheader_struct,
-    read_buffer,
-    read_string,
-    stat_struct,
-    write_string,
-)
+from kazoo.protocol.serialization import Watch
 from kazoo.recipe.lock import Lock as KazooLock
 from kazoo.retry import KazooRetry, RetryFailedError
 from kazoo.security import CREATOR_ALL_ACL, Permissions, make_digest_acl
@@ -55,16 +47,13 @@ from shardcron.errors import (
     TransactionError,
 )
 from shardcron.registry import (
-    Check,
-    Create,
-    Delete,
     NodeListener,
     Op,
     OpResult,
     SessionListener,
     SessionState,
-    SetData,
     Stat,
+    zkwire,
 )
 from shardcron.registry.cache import CacheIndex, EventThread, LocalTree, join
 
@@ -73,68 +62,10 @@ log = logging.getLogger(__name__)
 _CHANGE_PERMS = Permissions.WRITE | Permissions.CREATE | Permissions.DELETE | Permissions.ADMIN
 
 _CREATED, _DELETED, _CHANGED = 1, 2, 3
-_PERSISTENT_RECURSIVE = 1
-_GET_DATA, _GET_CHILDREN = 4, 8
 _FETCH, _TOUCH = 10, 11  # how a change applies to a cache: read its value, or not
 _NO_NODE = kx.NoNodeError.code
 # Reads per multiRead: a response of about 100 bytes a read stays far below jute.maxbuffer.
 MAX_READS_PER_REQUEST = 2000
-
-
-class _AddWatch(namedtuple("_AddWatch", "path mode")):
-    """ZooKeeper's addWatch request (opcode 106), missing from kazoo."""
-
-    type = 106
-
-    def serialize(self) -> bytearray:
-        b = bytearray(write_string(self.path))
-        b.extend(int(self.mode).to_bytes(4, "big", signed=True))
-        return b
-
-    @classmethod
-    def deserialize(cls, buffer: bytes, offset: int) -> bool:
-        return True
-
-
-class _MultiRead(namedtuple("_MultiRead", "ops")):
-    """ZooKeeper's multiRead request (opcode 22, 3.6+), missing from kazoo: several
-    getData/getChildren in one round trip. Each read answers on its own: a missing node
-    fails its read only. Results are bytes (data), a list (children) or an int (error)."""
-
-    type = 22
-
-    def serialize(self) -> bytearray:
-        b = bytearray()
-        for kind, path in self.ops:
-            b.extend(multiheader_struct.pack(kind, False, -1))
-            b.extend(write_string(path))
-            b.append(0)  # no one-shot watch: the persistent one covers it
-        b.extend(multiheader_struct.pack(-1, True, -1))
-        return b
-
-    @classmethod
-    def deserialize(cls, buffer: bytes, offset: int) -> list[bytes | list[str] | int]:
-        results: list[bytes | list[str] | int] = []
-        while True:
-            kind, done, _err = multiheader_struct.unpack_from(buffer, offset)
-            offset += multiheader_struct.size
-            if done:
-                return results
-            if kind == _GET_DATA:
-                data, offset = read_buffer(buffer, offset)
-                offset += stat_struct.size
-                results.append(b"" if data is None else bytes(data))
-            elif kind == _GET_CHILDREN:
-                count = int_struct.unpack_from(buffer, offset)[0]
-                offset += int_struct.size
-                names = []
-                for _ in range(max(count, 0)):
-                    name, offset = read_string(buffer, offset)
-                    names.append(name)
-                results.append(names)
-            else:  # an error result
-                results.append(int_struct.unpack_from(buffer, offset)[0])
-                offset += int_struct.size
 
 
 _ERRORS: list[tuple[type[Exception], type[RegistryError]]] = [
@@ -227,6 +158,7 @@ class ZooKeeperRegistry:
 
         client._call = counted_call
         client.add_listener(self._on_kazoo_state)
+        zkwire.BufferedReads(client._connection)
 
     def _hook_watch_events(self) -> None:
         connection = self.client._connection
@@ -276,7 +208,7 @@ class ZooKeeperRegistry:
         if batch is not None:
             batch.paths = list(dict.fromkeys(p for _, p, kind in batch.changes if kind == _FETCH))
             try:
-                batch.answers = self._send_reads([(_GET_DATA, p) for p in batch.paths])
+                batch.answers = self._send_reads([(zkwire.GET_DATA, p) for p in batch.paths])
             except RegistryError as exc:
                 batch.failure = exc
 
@@ -304,7 +236,7 @@ class ZooKeeperRegistry:
             if batch.failure is not None:
                 raise batch.failure
             if batch.paths:
-                reads = [(_GET_DATA, p) for p in batch.paths]
+                reads = [(zkwire.GET_DATA, p) for p in batch.paths]
                 values = dict(zip(batch.paths, self._collect(reads, batch.answers), strict=True))
         except RegistryError as exc:
             # Still connected (a slow answer): read them again in a later batch. Otherwise
@@ -341,7 +273,7 @@ class ZooKeeperRegistry:
             for i in range(0, len(reads), MAX_READS_PER_REQUEST):
                 chunk = reads[i : i + MAX_READS_PER_REQUEST]
                 answer = client.handler.async_result()
-                client._call(_MultiRead([(kind, self._full(p)) for kind, p in chunk]), answer)
+                client._call(zkwire.MultiRead([(kind, self._full(p)) for kind, p in chunk]), answer)
                 pending.append(answer)
         return pending
 
@@ -368,7 +300,9 @@ class ZooKeeperRegistry:
             with _errors("watch"):
                 for cache in caches:
                     answer = client.handler.async_result()
-                    request = _AddWatch(self._full(cache.tree.root), _PERSISTENT_RECURSIVE)
+                    request = zkwire.AddWatch(
+                        self._full(cache.tree.root), zkwire.PERSISTENT_RECURSIVE
+                    )
                     client._call(request, answer)
                     armed.append(answer)
         snapshots: list[dict[str, bytes]] = [{} for _ in caches]
@@ -376,9 +310,9 @@ class ZooKeeperRegistry:
         while level:
             reads: list[tuple[int, int, str]] = []
             for k, path in level:
-                reads.append((k, _GET_CHILDREN, path))
+                reads.append((k, zkwire.GET_CHILDREN, path))
                 if not caches[k].tree.skip_data(path):
-                    reads.append((k, _GET_DATA, path))
+                    reads.append((k, zkwire.GET_DATA, path))
             results = self._read_many([(kind, path) for _, kind, path in reads])
             level = []
             for (k, _kind, path), result in zip(reads, results, strict=True):
@@ -580,18 +514,11 @@ class ZooKeeperRegistry:
             self.client.retry(delete_once)
 
     def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
-        txn = self.client.transaction()
-        for op in ops:
-            if isinstance(op, Create):
-                txn.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequential)
-            elif isinstance(op, SetData):
-                txn.set_data(op.path, op.data, version=op.version)
-            elif isinstance(op, Delete):
-                txn.delete(op.path, version=op.version)
-            elif isinstance(op, Check):
-                txn.check(op.path, op.version)
+        request = zkwire.transaction(ops, self._full, self.client.default_acl)
         with _errors("transaction"):
-            raw = txn.commit()
+            answer = self.client.handler.async_result()
+            self.client._call(request, answer)
+            raw = answer.get()
         results: list[OpResult] = []
         for index, (op, result) in enumerate(zip(ops, raw, strict=True)):
             if isinstance(result, Exception) and not isinstance(result, kx.RolledBackError):
