@@ -27,6 +27,7 @@ class Run:
     end: float
     token: int
     source: str
+    task: str = ""  # the fire's task id: fires of one tick can share a token (group commit)
 
 
 @dataclass
@@ -44,7 +45,13 @@ class Recorder:
             if self.hold:
                 time.sleep(self.hold)  # the work itself, not synchronisation
             run = Run(
-                instance, ctx.sharding_item, start, time.time(), ctx.fencing_token, ctx.source
+                instance,
+                ctx.sharding_item,
+                start,
+                time.time(),
+                ctx.fencing_token,
+                ctx.source,
+                ctx.task_id,
             )
             with self.changed:
                 self.runs.append(run)

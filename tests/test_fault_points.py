@@ -8,6 +8,10 @@ misfire flags, a ``shardingTotalCount`` change for resharding, two crashes for f
 a session expiry for registration and election), the cluster calms down, and I1 to I4
 of :mod:`shardcron.simulation.checks` must hold.
 
+A resharding that fits one transaction creates ``processing`` inside it; only one cut into
+several creates it first, on its own: the ``reshard-processing`` points shrink the
+transaction limit so that this job's resharding is cut.
+
 Resharding and failover queueing are the leader's requests: the follower variant breaks
 the first one it makes once it has been elected, after the old leader's session ended
 (its fault waits, planted, until then). Every planted fault must fire.
@@ -19,6 +23,7 @@ import random
 
 import pytest
 
+from shardcron import sharding
 from shardcron.simulation.cluster import Cluster, JobSpec, Member
 from shardcron.simulation.faults import Fault, Kind, Timing
 from shardcron.simulation.scenario import run
@@ -73,7 +78,11 @@ def _script(cluster: Cluster, target: Member, leader: Member, others: list[Membe
 @pytest.mark.parametrize("role", ["leader", "follower"])
 @pytest.mark.parametrize("timing", list(Timing), ids=[t.value for t in Timing])
 @pytest.mark.parametrize("kind", KINDS, ids=[k.value for k in KINDS])
-def test_fault_point(kind: Kind, timing: Timing, role: str) -> None:
+def test_fault_point(
+    kind: Kind, timing: Timing, role: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if kind is Kind.RESHARD_PROCESSING:
+        monkeypatch.setattr(sharding, "MAX_TRANSACTION_BYTES", 400)  # a few owners each
     jobs = [JobSpec("job0", items=6, period=1, failover=True, misfire=True)]
     cluster = Cluster(jobs, instances=4, session_timeout=2.0, rng=random.Random(12))
     fault = Fault(timing, OUTAGE, kind)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import pytest
@@ -17,7 +17,7 @@ from shardcron.execution import Claiming, Completing, claim_ops
 from shardcron.groupcommit import GroupCommit
 from shardcron.model import ShardingContext
 from shardcron.paths import JobPaths
-from shardcron.registry import Create, Op, Registry, TreeCache
+from shardcron.registry import Create, Delete, Op, OpResult, Registry, TreeCache
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
 from shardcron.registry.zookeeper import ZooKeeperRegistry
 from shardcron.scheduler import Scheduler
@@ -237,3 +237,43 @@ def test_a_worker_with_many_jobs_makes_two_requests_a_tick_on_zookeeper(
     # Two a tick (claims, completions; ``python -m bench`` measures it), not 40; slack for
     # the tick counting began in and a completion wait that ran out on a loaded machine.
     assert used <= 3 * len(ticks), f"{used} requests for {len(ticks)} ticks"
+
+
+def test_new_jobs_reshard_together_with_the_group_commit_on_zookeeper(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """20 new jobs each flag a resharding as they register; their first fires write all
+    20 layouts in one transaction or two (the fires of one or two ticks), not two round
+    trips per job, and leave no ``processing`` node behind."""
+    registry = ZooKeeperRegistry(zk_config(zookeeper, unique_namespace()))
+    commits: list[list[Op]] = []
+    transaction = registry.transaction
+
+    def recording(ops: Sequence[Op]) -> list[OpResult]:
+        commits.append(list(ops))
+        return transaction(ops)
+
+    registry.transaction = recording  # type: ignore[method-assign]
+    scheduler = Scheduler(registry, instance_id="127.0.0.1@-@1")
+    ran: set[str] = set()
+    for n in range(20):
+        name = f"job{n}"
+        scheduler.job("* * * * * ?", name=name, sharding_total_count=2)(
+            lambda ctx, name=name: ran.add(name)
+        )
+    scheduler.start()
+    try:
+        wait_until(lambda: len(ran) == 20, timeout=15, what="every job's first fire")
+        left = [n for n in range(20) if registry.stat(JobPaths(f"job{n}").sharding_processing)]
+    finally:
+        scheduler.stop(grace=5)
+    assert left == []
+    flags = {JobPaths(f"job{n}").sharding_necessary for n in range(20)}
+    # A resharding deletes its job's flag (registration created it).
+    cleared = [
+        [op.path for op in ops if isinstance(op, Delete) and op.path in flags] for ops in commits
+    ]
+    resharding = [paths for paths in cleared if paths]
+    resharded = {path for paths in resharding for path in paths}
+    assert resharded == flags
+    assert len(resharding) <= 3, f"{len(resharding)} transactions for 20 reshardings"

@@ -176,8 +176,9 @@ A, B = "127.0.0.1@-@6001", "127.0.0.2@-@6002"
 
 
 def fires_of(runs: list[Run]) -> Counter[str]:
-    """Fires per source: the items of one fire share its claim's fencing token."""
-    return Counter(source for source, _ in {(r.source, r.token) for r in runs})
+    """Fires per source: the items of one fire share its claim's fencing token and its task
+    id (two fires of one job can share a token: the claims of a tick are one transaction)."""
+    return Counter(source for source, _, _ in {(r.source, r.token, r.task) for r in runs})
 
 
 def test_scraped_counters_match_the_ledger_of_a_two_instance_run(

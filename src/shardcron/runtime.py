@@ -147,6 +147,7 @@ class JobRuntime:
         self._heal_soon_armed = False
         self.reshard_due = False
         self._written: tuple[dict[int, str], float] | None = None  # last layout, when
+        self._resharding = False  # a resharding is in the group commit
         self._deregistered = False
         self.suspended = False
 
@@ -383,7 +384,9 @@ class JobRuntime:
         elif path == paths.sharding_necessary and kind is EventType.REMOVED:
             self.firing.run_pending()
         elif path.endswith("/running/lease") and kind is EventType.REMOVED:
-            self._heal_soon()  # a holder's session ended, or a normal completion: look
+            if self.cache.exists(path.removesuffix("/lease")):
+                self._heal_soon()  # a claim without its lease: its holder's session ended
+            # else a completion removed both (every fire of every job): nothing to look at
         elif path.endswith("/running") and kind is EventType.REMOVED:
             parsed = paths.parse_item(path)
             if parsed:
@@ -599,7 +602,7 @@ class JobRuntime:
 
     def reshard(self) -> None:
         available = membership.available_instances(self.cache, self.paths)
-        if not available or sharding.is_processing(self.cache, self.paths):
+        if not available or self._resharding or sharding.is_processing(self.cache, self.paths):
             return
         if self._written is not None:
             layout, at = self._written
@@ -616,12 +619,37 @@ class JobRuntime:
         total = self.config.sharding_total_count
         if not sharding.is_necessary(self.cache, self.paths):
             sharding.set_flag(self.registry, self.paths)  # the commit deletes it: it must exist
-        plan = sharding.reshard(self.registry, self.cache, self.paths, total, available, strategy)
-        if plan is not None:
-            self.reshard_due = False
-            layout = {i: owner for owner, items in plan.items() for i in items}
-            self._written = (layout, self.host.now())
-            self.emit(Resharded(job_name=self.name, instance=self.instance, assignment=plan))
+        assignment = sharding.assign(self.paths, total, available, strategy)
+        request = sharding.Resharding(self.cache, self.paths, total, assignment)
+        if not request.fits(self.registry):
+            written = sharding.write(self.registry, self.cache, self.paths, total, assignment)
+            if written is not None:
+                self._resharded(written)
+            return
+        self._resharding = True
+        self.commits.submit(request, lambda error: self._committed(request, error))
+
+    def _committed(self, request: sharding.Resharding, error: RegistryError | None) -> None:
+        self._resharding = False
+        if error is None:
+            items = sum(len(items) for items in request.assignment.values())
+            log.info(
+                "job %s: resharded %d items over %s", self.name, items, sorted(request.assignment)
+            )
+            self._resharded(request.assignment)
+            self.firing.run_pending()  # unless the flag's removal, still on its way, does
+        elif isinstance(error, TransactionError):
+            # A cache behind a concurrent change, or another session sharding: the flag
+            # stays, so the next fire plans again.
+            log.info("job %s: resharding raced a concurrent change (%s)", self.name, error)
+        else:
+            log.warning("job %s: resharding failed (%s); the next fire retries", self.name, error)
+
+    def _resharded(self, assignment: dict[str, list[int]]) -> None:
+        self.reshard_due = False
+        layout = {i: owner for owner, items in assignment.items() for i in items}
+        self._written = (layout, self.host.now())
+        self.emit(Resharded(job_name=self.name, instance=self.instance, assignment=assignment))
 
 
 def _trigger(config: JobConfig) -> CronTrigger | None:

@@ -4,26 +4,29 @@
    count may have changed (an instance joined or left, a server was enabled or disabled,
    ``shardingTotalCount`` changed, a leader was elected).
 2. At the next fire, before anything runs, every instance sees the flag. The leader
-   creates the ephemeral ``processing`` node, runs the strategy, and writes every
-   ``sharding/{i}/instance`` plus the deletion of both flags in one transaction. The
-   others wait (on cache events, with a deadline) until the flag is gone.
-3. If the leader dies meanwhile, ``processing`` vanishes with its session, the flag
-   stays, and the next leader does the work.
+   runs the strategy and, in one transaction, creates ``processing``, writes the moved
+   ``sharding/{i}/instance`` nodes and deletes both flags (:class:`Resharding`, sent
+   with the group commit, so the jobs of a process due in one tick reshard together).
+   The others wait (on cache events) until the flag is gone.
+3. A layout too big for one transaction is written in several (:func:`reshard`) under
+   the ephemeral ``processing`` node: if the leader dies meanwhile, ``processing``
+   vanishes with its session, the flag stays, and the next leader does the work.
 
 Unlike ElasticJob, the leader does not wait for running items to finish first: an item
 that moved keeps its ``running`` node until its old owner completes it, and the new
 owner's atomic claim (see :mod:`shardcron.execution`) fails for it until then.
-Very large assignments are written in as few transactions as ZooKeeper's request size
-limit allows (about 10,000 moved owners each); only the last one removes the flags, so
-nobody acts on a partial layout, and the others learn the new layout in one burst.
+Those very large assignments take as few transactions as ZooKeeper's request size limit
+allows (about 10,000 moved owners each); only the last one removes the flags, so nobody
+acts on a partial layout, and the others learn the new layout in one burst.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 
-from shardcron.errors import NodeExistsError, ShardingError, TransactionError
+from shardcron.errors import NodeExistsError, RegistryError, ShardingError, TransactionError
 from shardcron.paths import JobPaths
 from shardcron.registry import Create, Delete, Op, Registry, SetData, TreeCache
 from shardcron.strategies import Strategy, order_instances
@@ -119,6 +122,47 @@ def _delete_tree(cache: TreeCache, path: str) -> list[Op]:
     return ops
 
 
+def assign(
+    paths: JobPaths, total: int, instances: list[str], strategy: Strategy
+) -> dict[str, list[int]]:
+    """The strategy's assignment, checked (a :class:`ShardingError` if it is unusable)."""
+    return _checked(strategy(order_instances(instances), paths.job, total), instances, total)
+
+
+class Resharding:
+    """Writing ``assignment`` in one transaction, as a :class:`shardcron.groupcommit.Request`:
+    ``processing`` is created and deleted in the same multi-op as the owners and the
+    flag, so the new jobs of a process (or all its jobs after a membership change)
+    reshard together in one round trip, and no fault can leave ``processing`` behind.
+    Any refusal (another session sharding, a cache behind a concurrent change) fails it:
+    the flag stays and the next fire plans again. ``fits`` is False when the layout needs
+    several transactions; :func:`reshard` writes those."""
+
+    def __init__(
+        self, cache: TreeCache, paths: JobPaths, total: int, assignment: dict[str, list[int]]
+    ) -> None:
+        self.assignment = assignment
+        self._ops: list[Op] = [
+            Create(paths.sharding_processing, ephemeral=True),
+            *plan(cache, paths, total, assignment),
+            Delete(paths.sharding_necessary),
+            Delete(paths.sharding_processing),
+        ]
+
+    def fits(self, registry: Registry) -> bool:
+        prefix = len(registry.namespace.encode()) + 1
+        return len(chunks(self._ops, prefix, MAX_TRANSACTION_BYTES)) == 1
+
+    def ops(self) -> list[Op]:
+        return self._ops
+
+    def applied(self, results: Sequence[object]) -> None:
+        self._ops = []
+
+    def refused(self, index: int, cause: RegistryError) -> bool:
+        return False
+
+
 def reshard(
     registry: Registry,
     cache: TreeCache,
@@ -127,18 +171,23 @@ def reshard(
     instances: list[str],
     strategy: Strategy,
 ) -> dict[str, list[int]] | None:
-    """Run the strategy and write the result; None if another session is sharding."""
+    """Run the strategy and :func:`write` the result."""
+    return write(registry, cache, paths, total, assign(paths, total, instances, strategy))
+
+
+def write(
+    registry: Registry,
+    cache: TreeCache,
+    paths: JobPaths,
+    total: int,
+    assignment: dict[str, list[int]],
+) -> dict[str, list[int]] | None:
+    """Write ``assignment`` in as many transactions as it takes, under ``processing``;
+    None if another session is sharding (or the cache was behind: the flag stays)."""
     try:
         registry.create(paths.sharding_processing, ephemeral=True)
     except NodeExistsError:
         return None
-    try:
-        assignment = _checked(
-            strategy(order_instances(instances), paths.job, total), instances, total
-        )
-    except Exception:
-        registry.delete(paths.sharding_processing)
-        raise
     ops = plan(cache, paths, total, assignment)
     finish: list[Op] = [Delete(paths.sharding_necessary), Delete(paths.sharding_processing)]
     try:

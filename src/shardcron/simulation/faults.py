@@ -77,8 +77,8 @@ def _role(op: Op) -> tuple[type, str]:
         if paths.child_name(parent, path) is not None:
             return type(op), role
     parsed = paths.parse_item(path)
-    if parsed is not None:
-        return type(op), parsed[1] or "item"
+    if parsed is not None:  # sharding/{i}/instance names the item's owner
+        return type(op), {"": "item", "instance": "owner"}.get(parsed[1], parsed[1])
     if path.startswith(paths.sharding + "/") and path.endswith("/running/lease"):
         return type(op), "lease"
     return type(op), ""
