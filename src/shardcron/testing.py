@@ -30,7 +30,6 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any, Self
 
 from kazoo.client import KazooClient
@@ -114,7 +113,24 @@ def _free_port() -> int:
         return port
 
 
-class ZooKeeperServer:
+class Started:
+    """``with`` starts it and closes it: the harness's servers and proxies."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class ZooKeeperServer(Started):
     """One standalone ZooKeeper process on loopback. Not thread-safe; drive it from one thread.
 
     ``stop()`` keeps the port and data dir, so ``start()`` again (or ``restart()``) brings back
@@ -160,18 +176,6 @@ class ZooKeeperServer:
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"<ZooKeeperServer {HOST}:{self._port} {state} in {self._workdir}>"
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def port(self) -> int:

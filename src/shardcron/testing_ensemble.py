@@ -20,14 +20,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from types import TracebackType
-from typing import Self
 
 from shardcron.errors import ShardcronError
-from shardcron.testing import HOST, ZooKeeperServer, _free_port
+from shardcron.testing import HOST, Started, ZooKeeperServer, _free_port
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(Started):
     """``size`` ZooKeeper servers forming one quorum. Drive it from one thread."""
 
     def __init__(self, size: int = 3, *, tick_time_ms: int = 200, log_level: str = "warn") -> None:
@@ -57,18 +55,6 @@ class ZooKeeperEnsemble:
             )
             for myid in peers
         ]
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def connect_string(self) -> str:

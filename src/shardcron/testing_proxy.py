@@ -26,12 +26,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Self
 
 from shardcron.errors import ShardcronError
+from shardcron.testing import HOST, Started
 
-HOST = "127.0.0.1"
 _CHUNK = 65536
 # Stop reading a side while this much is waiting to go out the other way (back-pressure).
 _HIGH_WATER = 1 << 20
@@ -53,7 +51,7 @@ class _Link:
         return (self.client, self.server), (self.server, self.client)
 
 
-class TcpProxy:
+class TcpProxy(Started):
     """Forwards ``127.0.0.1:port`` to ``target_port`` on loopback; see the module docstring."""
 
     def __init__(self, target_port: int, *, target_host: str = HOST) -> None:
@@ -71,18 +69,6 @@ class TcpProxy:
         self.accepted = 0
         self.resets = 0
         self.failure: BaseException | None = None  # what stopped the selector thread, if anything
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def port(self) -> int:
