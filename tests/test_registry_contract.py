@@ -164,6 +164,32 @@ def test_tree_cache_loads_and_follows_changes(backend: Backend) -> None:
     cache.close()
 
 
+def test_caches_loaded_together_each_hold_and_follow_their_own_subtree(
+    backend: Backend,
+) -> None:
+    writer, reader = backend.session(), backend.session()
+    for n in range(30):
+        writer.put(f"/job{n}/config", f"v{n}".encode())
+        writer.put(f"/job{n}/sharding/0/instance", b"a")
+    writer.put("/other/config", b"not watched")
+    events: dict[int, list[NodeEvent]] = {n: [] for n in range(30)}
+    before = reader.request_count
+    caches = reader.tree_caches([(f"/job{n}", events[n].append, None) for n in range(30)])
+    # On ZooKeeper one watch per cache and one read per level, not a chain per cache.
+    assert reader.request_count - before <= 30 + 8
+    for n, cache in enumerate(caches):
+        assert cache.get(f"/job{n}/config") == f"v{n}".encode()
+        assert cache.children(f"/job{n}/sharding/0") == ["instance"]
+        assert cache.get("/other/config") is None
+        assert NodeEvent(EventType.ADDED, f"/job{n}/config", f"v{n}".encode()) in events[n]
+    writer.put("/job7/config", b"changed")
+    wait_until(lambda: caches[7].get("/job7/config") == b"changed", what="the change")
+    assert NodeEvent(EventType.UPDATED, "/job7/config", b"changed") in events[7]
+    assert not [e for n in range(30) if n != 7 for e in events[n] if e.type is EventType.UPDATED]
+    for cache in caches:
+        cache.close()
+
+
 def test_a_burst_of_own_writes_and_the_next_write_reach_the_cache(backend: Backend) -> None:
     # A group commit pushes thousands of watch events ahead of its own answer; they are
     # read in big chunks, and the change after them must not wait in a buffer.

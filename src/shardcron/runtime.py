@@ -46,6 +46,7 @@ from shardcron.listeners import JobListener, ordered
 from shardcron.model import ExecutionSource, ShardingContext
 from shardcron.paths import JobPaths
 from shardcron.registry import (
+    CacheSpec,
     Create,
     Delete,
     EventType,
@@ -141,6 +142,7 @@ class JobRuntime:
         self.stopped = False
         self._cache: TreeCache | None = None
         self._ready = False  # set once start() registered; earlier events describe the start
+        self._config_ops: list[Op] = []  # the config write planned at load
         self._registered_session = 0
         self._operator_stop = False
         self._heal_timer = 0
@@ -182,17 +184,37 @@ class JobRuntime:
 
         Config, server and instance are written in one transaction planned from the cache
         just loaded (one round trip where ElasticJob makes a chain of them); the election
-        follows on the coordinator thread."""
+        follows on the coordinator thread. :mod:`shardcron.registration` does the same for
+        many jobs at once, with these steps."""
+        self.load(self.registry.tree_cache(*self.cache_spec()))
+        self.register_alone()
+
+    def register_alone(self) -> None:
+        """After :meth:`load`: the first registration in its own transaction; run."""
+        self._register(first=True, config_ops=self._config_ops)
+        self.begin()
+
+    def cache_spec(self) -> CacheSpec:
+        """The arguments of this job's tree cache."""
         paths = self.paths
-        self._cache = self.registry.tree_cache(
-            paths.root, self._on_node_event, lambda p: not needs_value(paths, p)
-        )
-        config_ops = self._setup_config()
+        return paths.root, self._on_node_event, lambda p: not needs_value(paths, p)
+
+    def load(self, cache: TreeCache) -> None:
+        """Take ``cache`` (loaded) and plan the config write from it."""
+        self._cache = cache
+        self._config_ops = self._setup_config()
         for listener in self.listeners:
             bind = getattr(listener, "bind", None)
             if bind is not None:  # distributed listeners coordinate through the registry
-                bind(self.registry, paths, self.instance)
-        self._register(first=True, config_ops=config_ops)
+                bind(self.registry, self.paths, self.instance)
+
+    def first_registration(self) -> tuple[list[Op], bool]:
+        """The ops of the first registration, planned from the cache, and whether they
+        elect this instance; :meth:`registered` once they went through."""
+        return self._registration_ops(first=True, config_ops=self._config_ops)
+
+    def begin(self) -> None:
+        """Registered: run."""
         self._ready = True
         self.host.coordinate(self._begin)
         log.info("job %s started on %s", self.name, self.instance)
@@ -249,6 +271,16 @@ class JobRuntime:
         by an operator) is written only if it is missing. If the cache was behind a
         concurrent change (another instance registering the job), one write at a time."""
         session = self.registry.session_id
+        ops, elect = self._registration_ops(first, config_ops)
+        try:
+            self.registry.transaction(ops)
+        except TransactionError as exc:
+            log.debug("job %s: registration raced (%s); one write at a time", self.name, exc)
+            self._register_one_by_one(ops, not self.config.disabled)
+            elect = False  # left to the first heal, as for any job that has a leader
+        self.registered(session, elect)
+
+    def _registration_ops(self, first: bool, config_ops: list[Op] | None) -> tuple[list[Op], bool]:
         paths, enabled = self.paths, not self.config.disabled
         ops = list(config_ops or [])
         if first or not self.cache.exists(paths.server(self.ip)):
@@ -257,12 +289,11 @@ class JobRuntime:
         # A job nobody leads yet (a new one): the election and the resharding flag its
         # leader sets go last in the same transaction, the 3.x order kept.
         elect = first and enabled and election.leader(self.cache, paths) is None
-        try:
-            self.registry.transaction(ops + (self._election_ops() if elect else []))
-        except TransactionError as exc:
-            log.debug("job %s: registration raced (%s); one write at a time", self.name, exc)
-            self._register_one_by_one(ops, enabled)
-            elect = False  # left to the first heal, as for any job that has a leader
+        return ops + (self._election_ops() if elect else []), elect
+
+    def registered(self, session: int, elect: bool) -> None:
+        """The registration sent in ``session`` went through (``elect``: it made this
+        instance the leader)."""
         self._registered_session = session
         if elect:
             log.info("job %s: %s is the leader", self.name, self.instance)

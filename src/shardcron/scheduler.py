@@ -41,6 +41,7 @@ from shardcron.listeners import JobListener, load_listeners
 from shardcron.metrics import Metrics
 from shardcron.model import ExecutionSource, default_instance_id, local_ip
 from shardcron.paths import instance_ip
+from shardcron.registration import GROUP_SIZE, start_together
 from shardcron.registry import Registry, SessionState
 from shardcron.registry.cache import EventThread
 from shardcron.runtime import ErrorHandler, JobRuntime
@@ -209,10 +210,16 @@ class Scheduler:
         self.registry.add_session_listener(self._on_session)
         threading.Thread(target=self._timer_loop, name="shardcron-timer", daemon=True).start()
         self._started = True
-        # Each job's registration is a chain of round trips; many jobs start side by side.
-        with ThreadPoolExecutor(max_workers=16, thread_name_prefix="shardcron-start") as starter:
-            for job in list(self._jobs.values()):
-                starter.submit(_logged, lambda job=job: self._start_job(*job))  # type: ignore[misc]
+        # Groups of jobs register together (see shardcron.registration); a few groups at
+        # a time, so one group's round trips overlap another's work.
+        runtimes = [r for job in list(self._jobs.values()) if (r := self._new_runtime(*job))]
+        groups = [runtimes[i : i + GROUP_SIZE] for i in range(0, len(runtimes), GROUP_SIZE)]
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="shardcron-start") as starter:
+            for group in groups:
+                start = lambda group=group: start_together(
+                    self.registry, group, self._failed_to_start
+                )
+                starter.submit(_logged, start)
 
     def _connect(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -230,9 +237,9 @@ class Scheduler:
                 self._stopping.wait(delay)
                 delay = min(delay * 2, 30.0)
 
-    def _start_job(
+    def _new_runtime(
         self, config: JobConfig, target: object | None, listeners: list[JobListener]
-    ) -> None:
+    ) -> JobRuntime | None:
         try:
             runner = make_runner(config, target, self._loop)
             listeners = listeners + load_listeners(config.job_listener_types)
@@ -252,12 +259,27 @@ class Scheduler:
                 error_handler=error_handler,
                 commits=self._commits,
             )
-            self.runtimes[config.job_name] = runtime  # sees session events from now on
-            runtime.start()
         except ShardcronError as exc:
-            self.runtimes.pop(config.job_name, None)
             log.error("%s", exc)
             self.failed[config.job_name] = exc
+            return None
+        self.runtimes[config.job_name] = runtime  # sees session events from now on
+        return runtime
+
+    def _start_job(
+        self, config: JobConfig, target: object | None, listeners: list[JobListener]
+    ) -> None:
+        runtime = self._new_runtime(config, target, listeners)
+        if runtime is not None:
+            try:
+                runtime.start()
+            except ShardcronError as exc:
+                self._failed_to_start(runtime, exc)
+
+    def _failed_to_start(self, runtime: JobRuntime, exc: ShardcronError) -> None:
+        self.runtimes.pop(runtime.name, None)
+        log.error("%s", exc)
+        self.failed[runtime.name] = exc
 
     def stop(self, grace: float = 30.0) -> dict[str, list[int]]:
         """Stop firing, let running items finish (up to ``grace`` seconds), deregister.

@@ -51,6 +51,7 @@ So no instant is ever produced twice, and results are strictly increasing.
 from __future__ import annotations
 
 import calendar
+import functools
 import os
 import re
 from bisect import bisect_left
@@ -495,7 +496,14 @@ def parse_time_zone(name: str | None) -> tzinfo:
 
 def _local_zone() -> tzinfo:
     """The machine's zone with its DST rules, found the way the C library finds it."""
-    keys = [os.environ.get("TZ", "").removeprefix(":")]
+    return _zone_of_machine(os.environ.get("TZ", ""))
+
+
+@functools.cache
+def _zone_of_machine(tz_variable: str) -> tzinfo:
+    # Cached: resolving /etc/localtime walks the file system, and a worker starting
+    # thousands of jobs without a timeZone asked once per job.
+    keys = [tz_variable.removeprefix(":")]
     target = os.path.realpath("/etc/localtime")
     if "/zoneinfo/" in target:
         keys.append(target.split("/zoneinfo/", 1)[1])

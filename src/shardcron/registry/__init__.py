@@ -112,6 +112,8 @@ class Lock(Protocol):
 
 NodeListener = Callable[[NodeEvent], None]
 SessionListener = Callable[[SessionState], None]
+# A tree cache's root, listener and skip_data (see Registry.tree_cache).
+CacheSpec = tuple[str, NodeListener | None, Callable[[str], bool] | None]
 
 
 class Registry(Protocol):
@@ -180,6 +182,12 @@ class Registry(Protocol):
         """
         ...
 
+    def tree_caches(self, specs: Sequence[CacheSpec], timeout: float = 15.0) -> Sequence[TreeCache]:
+        """Start several caches at once (each as :meth:`tree_cache`): on ZooKeeper their
+        loads share one pipelined pass, so a thousand caches cost a handful of round trips.
+        All load or none (the error of the first that failed)."""
+        ...
+
     def lock(self, path: str) -> Lock: ...
 
     def server_time(self, path: str) -> float:
@@ -188,6 +196,7 @@ class Registry(Protocol):
 
 
 __all__ = [
+    "CacheSpec",
     "Check",
     "Create",
     "Delete",

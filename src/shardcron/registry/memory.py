@@ -27,6 +27,7 @@ from shardcron.errors import (
     TransactionError,
 )
 from shardcron.registry import (
+    CacheSpec,
     Check,
     Create,
     Delete,
@@ -475,6 +476,19 @@ class MemoryRegistry:
         if not self._events.is_current() and not loaded.wait(timeout):
             raise ConnectionLostError(f"tree cache of {path} did not load in {timeout}s")
         return MemoryTreeCache(cache)
+
+    def tree_caches(
+        self, specs: Sequence[CacheSpec], timeout: float = 15.0
+    ) -> list[MemoryTreeCache]:
+        caches: list[MemoryTreeCache] = []
+        try:
+            for spec in specs:
+                caches.append(self.tree_cache(*spec, timeout=timeout))
+        except RegistryError:
+            for cache in caches:
+                cache.close()
+            raise
+        return caches
 
     def lock(self, path: str) -> MemoryLock:
         return MemoryLock(self, path)

@@ -16,6 +16,7 @@ transactions built without kazoo's per-op checks, and buffered reads.
 
 from __future__ import annotations
 
+import ssl
 from collections import namedtuple
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -131,6 +132,10 @@ class BufferedReads:
         self._read_socket = connection._read_socket
         self._socket: Any = None
         self._buffer = bytearray()
+        # One receive buffer, reused: a fresh 256 KiB bytes object per recv costs more
+        # than the copy out of it.
+        self._chunk = bytearray(RECV_BYTES)
+        self._chunk_view = memoryview(self._chunk)
         self._ahead = False
         connection._read = self.read
         connection._read_socket = self.read_socket
@@ -143,13 +148,21 @@ class BufferedReads:
         buffer = self._buffer
         with connection._socket_error_handling():
             while len(buffer) < length:
-                if not connection.handler.select([sock], [], [], timeout)[0]:
-                    raise connection.handler.timeout_exception("socket time-out during read")
                 missing = length - len(buffer)
-                chunk = sock.recv(max(missing, RECV_BYTES) if self._ahead else missing)
-                if not chunk:
+                try:
+                    # The socket is non-blocking: ask first, and build a selector (an
+                    # epoll object, in kazoo) only when nothing is there yet.
+                    want = RECV_BYTES if self._ahead else min(missing, RECV_BYTES)
+                    got = sock.recv_into(self._chunk, want)
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    if not connection.handler.select([sock], [], [], timeout)[0]:
+                        raise connection.handler.timeout_exception(
+                            "socket time-out during read"
+                        ) from None
+                    continue
+                if not got:
                     raise ConnectionDropped("socket connection broken")
-                buffer += chunk
+                buffer += self._chunk_view[:got]
         data = bytes(buffer[:length])
         del buffer[:length]
         return data

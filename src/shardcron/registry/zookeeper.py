@@ -47,6 +47,7 @@ from shardcron.errors import (
     TransactionError,
 )
 from shardcron.registry import (
+    CacheSpec,
     NodeListener,
     Op,
     OpResult,
@@ -541,40 +542,52 @@ class ZooKeeperRegistry:
         skip_data: Callable[[str], bool] | None = None,
         timeout: float = 15.0,
     ) -> _ZooKeeperTreeCache:
-        cache = _ZooKeeperTreeCache(self, LocalTree(path, listener, skip_data))
+        return self.tree_caches([(path, listener, skip_data)], timeout)[0]
+
+    def tree_caches(
+        self, specs: Sequence[CacheSpec], timeout: float = 15.0
+    ) -> list[_ZooKeeperTreeCache]:
+        caches = [_ZooKeeperTreeCache(self, LocalTree(*spec)) for spec in specs]
         if self._events.is_current():  # a listener making a cache: load it right here
-            self._caches.add(path, cache)
+            for cache in caches:
+                self._caches.add(cache.tree.root, cache)
             try:
-                cache.tree.replace_all(self._read_trees([cache])[0])
+                trees = self._read_trees(caches)
             except RegistryError:
-                cache.close()
+                for cache in caches:
+                    cache.close()
                 raise
-            return cache
-        # The snapshot is applied on the event thread, ahead of every notification that
-        # follows the watch; it is read here, so several caches load side by side.
+            for cache, tree in zip(caches, trees, strict=True):
+                cache.tree.replace_all(tree)
+            return caches
+        # The snapshots are applied on the event thread, ahead of every notification that
+        # follows the watches; they are read here, so several loads go side by side.
         read, loaded = threading.Event(), threading.Event()
-        snapshot: list[dict[str, bytes]] = []
+        snapshots: list[dict[str, bytes]] = []
         failure: list[RegistryError] = []
 
         def apply() -> None:
-            if read.wait(timeout) and snapshot and not cache.tree.closed:
-                cache.tree.replace_all(snapshot[0])
+            if read.wait(timeout) and snapshots:
+                for cache, snapshot in zip(caches, snapshots, strict=True):
+                    if not cache.tree.closed:
+                        cache.tree.replace_all(snapshot)
             loaded.set()
 
         self._submit(apply)
-        self._caches.add(path, cache)  # notifications from now on queue behind apply
+        for cache in caches:  # notifications from now on queue behind apply
+            self._caches.add(cache.tree.root, cache)
         try:
-            snapshot += self._read_trees([cache])
+            snapshots += self._read_trees(caches)
         except RegistryError as exc:
             failure.append(exc)
         read.set()
-        if failure:
-            cache.close()
-            raise failure[0]
-        if not loaded.wait(timeout) or not snapshot:
-            cache.close()
-            raise ConnectionLostError(f"tree cache of {path} did not load in {timeout}s")
-        return cache
+        if failure or not loaded.wait(timeout) or not snapshots:
+            for cache in caches:
+                cache.close()
+            if failure:
+                raise failure[0]
+            raise ConnectionLostError(f"{len(caches)} tree caches did not load in {timeout}s")
+        return caches
 
     def lock(self, path: str) -> _ZooKeeperLock:
         return _ZooKeeperLock(KazooLock(self.client, path))

@@ -23,6 +23,7 @@ from typing import TypeVar
 from shardcron.errors import ConnectionLostError, RegistryError
 from shardcron.paths import JobPaths, job_of
 from shardcron.registry import (
+    CacheSpec,
     Check,
     Create,
     Delete,
@@ -236,6 +237,9 @@ class FaultyRegistry:
         timeout: float = 15.0,
     ) -> TreeCache:
         return self.inner.tree_cache(path, listener, skip_data, timeout)
+
+    def tree_caches(self, specs: Sequence[CacheSpec], timeout: float = 15.0) -> list[TreeCache]:
+        return list(self.inner.tree_caches(specs, timeout))
 
     def lock(self, path: str) -> Lock:
         return self.inner.lock(path)
