@@ -9,10 +9,12 @@ thousands of jobs does that for a group of jobs at once:
    the watches and each level's reads of every job in one request each);
 2. each job plans its registration from its cache, and the plans go out in transactions
    of up to :data:`MAX_TRANSACTION_BYTES`;
-3. a transaction the registry refuses (another worker registered some of these jobs since
-   their caches loaded) or whose outcome is unknown (a lost connection) is not retried
-   as a whole: each of its jobs registers alone, the way a single job does, which copes
-   with both. Nothing here decides anything the single-job path would not.
+3. a transaction the registry refuses names the op it refused: that job (another worker
+   registered it since its cache loaded) registers alone, the way a single job does,
+   and the others are planned again and retried, a few times, then alone too. One whose
+   outcome is unknown (a lost connection) is not retried as a whole: each of its jobs
+   registers alone, which copes with a write that went through. Nothing here decides
+   anything the single-job path would not.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from shardcron.errors import RegistryError, ShardcronError
+from shardcron.errors import RegistryError, ShardcronError, TransactionError
 from shardcron.registry import Op, Registry
 from shardcron.sharding import op_bytes
 
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 # request size limit, and a group's jobs start running as soon as it is registered.
 GROUP_SIZE = 250
 MAX_TRANSACTION_BYTES = 512 * 1024
+# Refused transactions of one group before its jobs register one by one.
+RETRIES = 4
 
 Failed = Callable[["JobRuntime", ShardcronError], None]
 
@@ -45,34 +49,69 @@ def start_together(registry: Registry, runtimes: Sequence[JobRuntime], failed: F
         caches = registry.tree_caches([runtime.cache_spec() for runtime in runtimes])
     except RegistryError as exc:
         log.debug("loading %d caches together failed (%s); one job at a time", len(runtimes), exc)
-        _alone(runtimes, failed)
+        _alone(runtimes, failed, loaded=False)
         return
-    loaded: list[JobRuntime] = []
     for runtime, cache in zip(runtimes, caches, strict=True):
-        try:
-            runtime.load(cache)
-            loaded.append(runtime)
-        except ShardcronError as exc:
-            cache.close()
-            failed(runtime, exc)
-    session = registry.session_id
-    plans = [(runtime, *runtime.first_registration()) for runtime in loaded]
+        runtime.load(cache)
     prefix = len(registry.namespace.encode()) + 1
-    while plans:
+    pending = list(runtimes)
+    while pending:
+        plans = _plans(pending, failed)
         count = _fitting(plans, prefix)
-        group, plans = plans[:count], plans[count:]
+        _register(registry, plans[:count], failed)
+        pending = [runtime for runtime, _, _ in plans[count:]]
+
+
+Plan = tuple["JobRuntime", list[Op], bool]
+
+
+def _plans(runtimes: Sequence[JobRuntime], failed: Failed) -> list[Plan]:
+    plans = []
+    for runtime in runtimes:
         try:
-            registry.transaction([op for _, ops, _ in group for op in ops])
-        except RegistryError as exc:
-            log.debug("registering %d jobs together failed (%s); one at a time", len(group), exc)
-            _alone([runtime for runtime, _, _ in group], failed, loaded=True)
+            plans.append((runtime, *runtime.first_registration()))
+        except ShardcronError as exc:  # another job under this name, a bad stored config
+            runtime.cache.close()
+            failed(runtime, exc)
+    return plans
+
+
+def _register(registry: Registry, plans: list[Plan], failed: Failed) -> None:
+    """One transaction for ``plans``. Refused at one job's op (another worker registered
+    it since its cache loaded), that job registers alone and the rest, planned again from
+    caches that have meanwhile seen the other worker's writes, retry together."""
+    for _ in range(RETRIES):
+        session = registry.session_id
+        try:
+            registry.transaction([op for _, ops, _ in plans for op in ops])
+        except TransactionError as exc:
+            culprit = _owner(plans, exc.index)
+            log.debug("registering %d jobs together raced at %s", len(plans), culprit.name)
+            _alone([culprit], failed, loaded=True)
+            plans = _plans([runtime for runtime, _, _ in plans if runtime is not culprit], failed)
+            if not plans:
+                return
             continue
-        for runtime, _, elect in group:
+        except RegistryError as exc:  # unknown outcome: each job finds out on its own
+            log.debug("registering %d jobs together failed (%s)", len(plans), exc)
+            break
+        for runtime, _, elect in plans:
             runtime.registered(session, elect)
             runtime.begin()
+        return
+    _alone([runtime for runtime, _, _ in plans], failed, loaded=True)
 
 
-def _fitting(plans: Sequence[tuple[JobRuntime, list[Op], bool]], prefix: int) -> int:
+def _owner(plans: Sequence[Plan], index: int) -> JobRuntime:
+    """The job whose ops hold op ``index`` of the joined transaction."""
+    for runtime, ops, _ in plans:
+        if index < len(ops):
+            return runtime
+        index -= len(ops)
+    return plans[-1][0]
+
+
+def _fitting(plans: Sequence[Plan], prefix: int) -> int:
     """How many of ``plans`` (at least one) fit in one transaction."""
     size = 0
     for count, (_, ops, _) in enumerate(plans):
@@ -82,7 +121,7 @@ def _fitting(plans: Sequence[tuple[JobRuntime, list[Op], bool]], prefix: int) ->
     return len(plans)
 
 
-def _alone(runtimes: Sequence[JobRuntime], failed: Failed, *, loaded: bool = False) -> None:
+def _alone(runtimes: Sequence[JobRuntime], failed: Failed, *, loaded: bool) -> None:
     for runtime in runtimes:
         try:
             if loaded:

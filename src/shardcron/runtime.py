@@ -142,7 +142,6 @@ class JobRuntime:
         self.stopped = False
         self._cache: TreeCache | None = None
         self._ready = False  # set once start() registered; earlier events describe the start
-        self._config_ops: list[Op] = []  # the config write planned at load
         self._registered_session = 0
         self._operator_stop = False
         self._heal_timer = 0
@@ -191,7 +190,7 @@ class JobRuntime:
 
     def register_alone(self) -> None:
         """After :meth:`load`: the first registration in its own transaction; run."""
-        self._register(first=True, config_ops=self._config_ops)
+        self._register(first=True, config_ops=self._setup_config())
         self.begin()
 
     def cache_spec(self) -> CacheSpec:
@@ -200,21 +199,21 @@ class JobRuntime:
         return paths.root, self._on_node_event, lambda p: not needs_value(paths, p)
 
     def load(self, cache: TreeCache) -> None:
-        """Take ``cache`` (loaded) and plan the config write from it."""
+        """Take ``cache`` (loaded)."""
         self._cache = cache
-        self._config_ops = self._setup_config()
+
+    def first_registration(self) -> tuple[list[Op], bool]:
+        """The ops of the first registration, planned from the cache (the config adopted
+        or written), and whether they elect this instance; :meth:`registered` once they
+        went through. Planned again, it follows what the cache has learnt since."""
+        return self._registration_ops(first=True, config_ops=self._setup_config())
+
+    def begin(self) -> None:
+        """Registered: run."""
         for listener in self.listeners:
             bind = getattr(listener, "bind", None)
             if bind is not None:  # distributed listeners coordinate through the registry
                 bind(self.registry, self.paths, self.instance)
-
-    def first_registration(self) -> tuple[list[Op], bool]:
-        """The ops of the first registration, planned from the cache, and whether they
-        elect this instance; :meth:`registered` once they went through."""
-        return self._registration_ops(first=True, config_ops=self._config_ops)
-
-    def begin(self) -> None:
-        """Registered: run."""
         self._ready = True
         self.host.coordinate(self._begin)
         log.info("job %s started on %s", self.name, self.instance)
