@@ -18,6 +18,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -456,6 +457,39 @@ def test_dropped_tables_are_created_again(tmp_path: Path) -> None:
         first = executions(engine, item=2, until=datetime.fromtimestamp(BASE + 1)).rows
         assert [(r.completed, r.ip, r.seconds) for r in first] == [(True, "10.0.0.2", 0.125)]
         assert statuses(engine).total == 18
+    finally:
+        engine.dispose()
+
+
+def test_tables_seen_without_their_columns_are_waited_for_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another worker creating the tables: SQLite can list a table before its columns.
+    Reflected like that, every insert failed to compile and the records were refused for
+    good (seen once in CI); the sink must treat the tables as not there yet."""
+    url = f"sqlite:///{tmp_path / 'racing.db'}"
+    history = synthetic_history()
+    with tracer_for(url) as tracer:  # creates the tables
+        tracer(history[0])
+        assert tracer.flush(timeout=5)
+    real_table, empty_reflections = sa.Table, [2]
+
+    def reflected_mid_creation(*args: Any, **kw: Any) -> sa.Table:
+        if "autoload_with" in kw and empty_reflections[0]:
+            empty_reflections[0] -= 1
+            return real_table(args[0], sa.MetaData())  # the name without its columns
+        return real_table(*args, **kw)
+
+    monkeypatch.setattr(sa, "Table", reflected_mid_creation)
+    with tracer_for(url) as tracer:
+        for event in history[1:]:
+            tracer(event)
+        assert tracer.flush(timeout=10)
+        assert tracer.stats().rejected == 0
+    assert empty_reflections == [0]  # the race was played
+    engine = open_engine(url)
+    try:
+        assert executions(engine).total == 13
     finally:
         engine.dispose()
 

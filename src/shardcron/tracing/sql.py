@@ -178,12 +178,17 @@ def reflect(engine: Engine) -> Tables | None:
     metadata = sa.MetaData()
     try:
         with engine.connect() as conn:
-            return Tables(
+            tables = Tables(
                 sa.Table(table_name(EXECUTION_LOG, dialect), metadata, autoload_with=conn),
                 sa.Table(table_name(STATUS_LOG, dialect), metadata, autoload_with=conn),
             )
     except NoSuchTableError:
         return None
+    # SQLite can name a table another worker is creating before it shows its columns;
+    # an insert into a table reflected then fails to compile (IndexError, not a DB error).
+    if not (len(tables.execution.columns) and len(tables.status.columns)):
+        return None
+    return tables
 
 
 def prepare(engine: Engine) -> Tables:
@@ -205,7 +210,8 @@ def prepare(engine: Engine) -> Tables:
         return found
     logger.info("tracing: created the trace tables in %s", _masked(engine))
     found = reflect(engine)
-    assert found is not None
+    if found is None:
+        raise SinkUnavailable("the trace tables are still being created; retrying")
     return found
 
 
