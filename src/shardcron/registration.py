@@ -54,9 +54,8 @@ def start_together(registry: Registry, runtimes: Sequence[JobRuntime], failed: F
     for runtime, cache in zip(runtimes, caches, strict=True):
         runtime.load(cache)
     prefix = len(registry.namespace.encode()) + 1
-    pending = list(runtimes)
-    while pending:
-        plans = _plans(pending, failed)
+    pending: Sequence[JobRuntime] = runtimes
+    while plans := _plans(pending, failed):
         count = _fitting(plans, prefix)
         _register(registry, plans[:count], failed)
         pending = [runtime for runtime, _, _ in plans[count:]]

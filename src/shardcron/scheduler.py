@@ -18,6 +18,7 @@ Typical use::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import itertools
 import logging
@@ -216,10 +217,10 @@ class Scheduler:
         groups = [runtimes[i : i + GROUP_SIZE] for i in range(0, len(runtimes), GROUP_SIZE)]
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="shardcron-start") as starter:
             for group in groups:
-                start = lambda group=group: start_together(
-                    self.registry, group, self._failed_to_start
+                starter.submit(
+                    _logged,
+                    functools.partial(start_together, self.registry, group, self._failed_to_start),
                 )
-                starter.submit(_logged, start)
 
     def _connect(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
