@@ -301,6 +301,10 @@ def _start_within(registry: Registry, timeout: float) -> None:
 
 def _interrupted() -> NoReturn:
     """Ctrl-C before anything started: one line, no traceback, no waiting for threads."""
+    # The registry client's thread may still be logging its retries: "interrupted" is last.
+    logging.disable(logging.CRITICAL)
+    for handler in logging.getLogger().handlers:
+        handler.acquire()  # a line being written finishes first; never released: we exit
     click.echo("interrupted", err=True)
     sys.stderr.flush()
     sys.stdout.flush()
