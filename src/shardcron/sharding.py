@@ -8,7 +8,7 @@
    ``sharding/{i}/instance`` nodes and deletes both flags (:class:`Resharding`, sent
    with the group commit, so the jobs of a process due in one tick reshard together).
    The others wait (on cache events) until the flag is gone.
-3. A layout too big for one transaction is written in several (:func:`reshard`) under
+3. A layout too big for one transaction is written in several (:func:`write`) under
    the ephemeral ``processing`` node: if the leader dies meanwhile, ``processing``
    vanishes with its session, the flag stays, and the next leader does the work.
 
@@ -136,7 +136,7 @@ class Resharding:
     reshard together in one round trip, and no fault can leave ``processing`` behind.
     Any refusal (another session sharding, a cache behind a concurrent change) fails it:
     the flag stays and the next fire plans again. ``fits`` is False when the layout needs
-    several transactions; :func:`reshard` writes those."""
+    several transactions; :func:`write` writes those."""
 
     def __init__(
         self, cache: TreeCache, paths: JobPaths, total: int, assignment: dict[str, list[int]]

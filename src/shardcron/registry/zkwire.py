@@ -10,7 +10,8 @@ transactions built without kazoo's per-op checks, and buffered reads.
   ``select`` that builds a new epoll object, about 0.1 ms a packet. A group commit of
   1,000 claims pushes 3,000 watch events ahead of its own answer, so that cost decides
   when the answer arrives. Installed on a connection, it reads what the socket holds in
-  one ``recv`` and hands kazoo's packet loop every complete packet already read before
+  one ``recv`` (into one reused buffer, asking the non-blocking socket before building a
+  selector) and hands kazoo's packet loop every complete packet already read before
   that loop selects again (a ``select`` cannot see bytes that were already read).
 """
 
@@ -132,8 +133,7 @@ class BufferedReads:
         self._read_socket = connection._read_socket
         self._socket: Any = None
         self._buffer = bytearray()
-        # One receive buffer, reused: a fresh 256 KiB bytes object per recv costs more
-        # than the copy out of it.
+        # One receive buffer, reused, instead of a fresh 256 KiB bytes object per recv.
         self._chunk = bytearray(RECV_BYTES)
         self._chunk_view = memoryview(self._chunk)
         self._ahead = False
