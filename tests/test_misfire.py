@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import logging
+import threading
 import time
+from collections.abc import Sequence
+
+import pytest
 
 from shardcron.config import JobConfig
-from shardcron.errors import ClockSkewError
+from shardcron.errors import ClockSkewError, TransactionError
 from shardcron.model import ShardingContext
 from shardcron.paths import JobPaths
+from shardcron.registry import Create, Op, OpResult
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.scheduler import Scheduler
 from shardcron.testing import ZooKeeperServer
@@ -131,3 +137,85 @@ def test_clock_skew_with_a_throwing_handler_aborts_fires() -> None:
     finally:
         scheduler.stop()
     assert runs == []
+
+
+class RecordingRegistry(MemoryRegistry):
+    """An embedded registry that keeps every transaction it was sent and the refusals."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[list[Op]] = []
+        self.refused: list[TransactionError] = []
+
+    def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
+        self.sent.append(list(ops))
+        try:
+            return super().transaction(ops)
+        except TransactionError as exc:
+            self.refused.append(exc)
+            raise
+
+
+def test_fires_skipped_before_the_flag_is_written_write_it_once_and_rerun_once() -> None:
+    """Two fires come while the item runs, in one coordinator turn (as on a worker that
+    lags): its misfire flag is written once, no transaction is refused (each refusal costs
+    the whole group commit of the process another round trip), and it re-runs once."""
+    registry = RecordingRegistry()
+    paths = JobPaths("lagging")
+    release = threading.Event()
+    runs: list[str] = []
+
+    def work(ctx: ShardingContext) -> None:
+        runs.append(ctx.source.name)
+        release.wait(10)
+
+    scheduler = Scheduler(registry, instance_id=A)
+    scheduler.add_job(job("lagging", 1, cron="0 0 0 1 1 ? 2099"), work)
+    scheduler.start()
+    try:
+        scheduler.trigger("lagging")
+        wait_until(lambda: registry.stat(paths.running(0)) is not None, 10, "the first run")
+        gate = threading.Event()
+
+        def busy() -> None:  # the coordinator is busy while both fires come
+            gate.wait(10)
+
+        scheduler.coordinate(busy)
+        scheduler.trigger("lagging")
+        scheduler.trigger("lagging")
+        gate.set()
+        wait_until(lambda: registry.stat(paths.misfire(0)) is not None, 10, "the flag")
+        release.set()
+        wait_until(lambda: len(runs) == 2, 10, "the re-run")
+        wait_until(lambda: registry.stat(paths.running(0)) is None, 10, "the re-run's end")
+    finally:
+        release.set()
+        scheduler.stop()
+    flags = [op for ops in registry.sent for op in ops if op == Create(paths.misfire(0))]
+    assert len(flags) == 1
+    assert registry.refused == []
+    assert runs == ["NORMAL_TRIGGER", "MISFIRE"]
+
+
+def test_a_stalled_worker_logs_its_missed_fires_in_one_line_per_job(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker stalled for seconds misses the fires of every job at once; a warning per
+    job and missed fire would add to the load that stalled it: one line per job, with
+    the count, and the fires go on after the stall."""
+    runs: list[float] = []
+    scheduler = Scheduler(MemoryRegistry(), instance_id=A)
+    scheduler.add_job(job("stalled", 1), lambda ctx: runs.append(time.time()))
+    scheduler.start()
+    try:
+        wait_until(lambda: len(runs) >= 1, 10, "a first fire")
+        stall_ends = time.time() + 3.5
+        caplog.set_level(logging.WARNING, logger="shardcron.firing")
+        # A stall of the coordinator, as a long garbage collection or an overload makes.
+        scheduler.coordinate(lambda: time.sleep(3.5))
+        wait_until(lambda: any(t > stall_ends for t in runs), 10, "a fire after the stall")
+    finally:
+        scheduler.stop()
+    missed = [r.getMessage() for r in caplog.records if "missed by" in r.getMessage()]
+    assert len(missed) == 1, missed
+    assert missed[0].startswith("job stalled: fire of ")

@@ -37,6 +37,7 @@ CLOCK_REFRESH_SECONDS = 60.0
 FAILOVER_GRACE_SECONDS = 0.1
 # A fire found this late is not run: it was missed (a stall, a clock jump), not late.
 MAX_LATENESS_SECONDS = 1.0
+MISSED_LOG_SECONDS = 60.0
 CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
 CLAIM_LEAD_STEP_SECONDS = 0.025
 
@@ -62,10 +63,18 @@ class Firing:
         self._unsure: list[Fire] = []  # claims whose answer was lost
         self._unfinished: list[Fire] = []  # completions whose answer was lost
         self._misfired: set[int] = set()  # local record, ahead of the registry flag
+        # Flags written (or being written) by this instance and not taken yet, and flags
+        # being taken: an item skipped tick after tick writes its flag once, and one flag
+        # is deleted once. Each repeat would be refused by the registry, and a refused op
+        # costs its whole group commit another round trip.
+        self._flagged: set[int] = set()
+        self._taking: set[int] = set()
         self._claiming: list[Fire] = []  # claims sent with the tick's group commit
         self._completing: list[Fire] = []  # completions sent likewise
         self._pending: _Pending | None = None
         self._clock_offset = 0.0
+        self._missed = 0  # fires missed since the last line that said so
+        self._missed_logged_at = -MISSED_LOG_SECONDS
         self._clock_checked_at = -CLOCK_REFRESH_SECONDS
 
     @property
@@ -138,7 +147,7 @@ class Firing:
             if late <= MAX_LATENESS_SECONDS:
                 self.rt.guarded(lambda: self.fire(start_at=when), "fire")
             else:
-                log.warning("job %s: fire of %s missed by %.1fs", self.rt.name, when, late)
+                self._missed_fire(when, late)
             self.arm(after=when)
 
         # The claim's answer comes after the watch events of its own writes, which grow with
@@ -147,7 +156,22 @@ class Firing:
         # the same tick, with one group commit.
         lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * len(self.local_items(None))
         lead = math.ceil(lead / CLAIM_LEAD_STEP_SECONDS) * CLAIM_LEAD_STEP_SECONDS
+        if after is not None:
+            # Not before the previous fire is half an interval old: its items would still
+            # be running, and be skipped.
+            lead = min(lead, (when - after) / 2)
         self.rt.host.call_later(max(0.0, when - lead - now), due)
+
+    def _missed_fire(self, when: float, late: float) -> None:
+        """One line per job and minute at most: a stalled or overloaded process misses the
+        fires of all its jobs at once, and a line each would add to the load."""
+        self._missed += 1
+        now = self.rt.host.now()
+        if now - self._missed_logged_at < MISSED_LOG_SECONDS:
+            return
+        also = f" ({self._missed} fires missed since the last line)" if self._missed > 1 else ""
+        log.warning("job %s: fire of %s missed by %.1fs%s", self.rt.name, when, late, also)
+        self._missed, self._missed_logged_at = 0, now
 
     def fire(
         self,
@@ -321,11 +345,14 @@ class Firing:
         )
         if misfire:
             self._misfired.update(items)
-            if self.rt.config.monitor_execution and not self.rt.suspended:
-                request = execution.MarkingMisfires(self.rt.cache, self.rt.paths, items)
+            unflagged = [i for i in items if i not in self._flagged]
+            if unflagged and self.rt.config.monitor_execution and not self.rt.suspended:
+                request = execution.MarkingMisfires(self.rt.cache, self.rt.paths, unflagged)
+                self._flagged.update(unflagged)
 
                 def then(error: RegistryError | None) -> None:
                     if error is not None:  # the local record re-runs them all the same
+                        self._flagged.difference_update(unflagged)
                         log.info("job %s: misfire flags not written (%s)", self.rt.name, error)
 
                 self.rt.commits.submit(request, then)
@@ -434,19 +461,24 @@ class Firing:
         ready = sorted(
             i
             for i in flagged & mine
-            if i not in self._reserved and not cache.exists(paths.running(i))
+            if i not in self._reserved
+            and i not in self._taking
+            and not cache.exists(paths.running(i))
         )
         if not ready:
             return
         self._misfired.difference_update(ready)
+        self._flagged.difference_update(ready)
         # Only the path that deletes the registry flag re-runs the item; a flag that exists
         # only here (monitorExecution off, or a write that failed) is ours.
         monitored = self.rt.config.monitor_execution
         flags = [i for i in ready if monitored and cache.exists(paths.misfire(i))]
         ours = [i for i in ready if i not in flags]
         request = execution.TakingMisfires(paths, flags)
+        self._taking.update(flags)
 
         def then(error: RegistryError | None) -> None:
+            self._taking.difference_update(flags)
             if error is not None:
                 self._misfired.update(flags)  # outcome unknown: the local record re-runs them
             taken = ours + ([] if error else request.taken)
