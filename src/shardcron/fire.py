@@ -178,7 +178,10 @@ class FirePath:
             else:
                 self._status(fire, FireState.TASK_FINISHED)
 
-        self.host.execute(after, lambda _: None)
+        if self.listeners:  # user code: on a worker
+            self.host.execute(after, lambda _: None)
+        else:
+            after()
 
     # -- work (worker threads) ------------------------------------------------------------
 

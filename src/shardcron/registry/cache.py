@@ -75,7 +75,8 @@ def is_below(path: str, root: str) -> bool:
 class LocalTree:
     """A copy of one subtree, updated by its backend on the registry's event thread.
 
-    Reads may come from any thread; the lock keeps each read consistent.
+    Reads may come from any thread; the lock keeps each write of several keys, and each
+    read of several (children, paths), consistent.
     """
 
     def __init__(
@@ -96,13 +97,14 @@ class LocalTree:
 
     # -- reads (any thread) -------------------------------------------------------------
 
+    # One key's read is a single dict operation, atomic without the lock (which guards the
+    # writes of several keys). Taking it here made the coordinator queue behind the event
+    # thread for each of the thousands of lookups a busy second makes.
     def get(self, path: str) -> bytes | None:
-        with self._lock:
-            return self._data.get(path)
+        return self._data.get(path)
 
     def exists(self, path: str) -> bool:
-        with self._lock:
-            return path in self._data
+        return path in self._data
 
     def children(self, path: str) -> list[str]:
         with self._lock:

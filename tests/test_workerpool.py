@@ -1,0 +1,78 @@
+"""The worker pool: items run side by side up to the cap, never more threads than that,
+and work not started by a shutdown is dropped."""
+
+from __future__ import annotations
+
+import threading
+
+from shardcron.workerpool import WorkerPool
+from tests.helpers import wait_until
+
+
+def test_items_run_side_by_side_up_to_the_cap_on_that_many_threads() -> None:
+    pool = WorkerPool(3, "test-pool")
+    together = threading.Barrier(3, timeout=10)
+    names: set[str] = set()
+    done: list[int] = []
+
+    def work(n: int) -> None:
+        names.add(threading.current_thread().name)
+        if n < 3:
+            together.wait()  # only passes if three run at once
+        done.append(n)
+
+    try:
+        for n in range(3):
+            pool.submit(lambda n=n: work(n))  # type: ignore[misc]
+        wait_until(lambda: len(done) == 3, 10, "three items side by side")
+        for n in range(3, 20):  # idle threads are reused: no fourth thread
+            pool.submit(lambda n=n: work(n))  # type: ignore[misc]
+        wait_until(lambda: len(done) == 20, 10, "the rest")
+    finally:
+        pool.shutdown()
+    assert len(names) == 3
+
+
+def test_past_the_cap_an_item_waits_for_a_free_thread() -> None:
+    pool = WorkerPool(2, "test-pool")
+    release = threading.Event()
+    started: list[int] = []
+
+    def work(n: int) -> None:
+        started.append(n)
+        if n < 2:
+            release.wait(10)
+
+    try:
+        for n in range(3):
+            pool.submit(lambda n=n: work(n))  # type: ignore[misc]
+        wait_until(lambda: len(started) == 2, 10, "two items")
+        assert sorted(started) == [0, 1]  # the third waits: both threads are busy
+        release.set()
+        wait_until(lambda: len(started) == 3, 10, "the third item")
+    finally:
+        pool.shutdown()
+
+
+def test_shutdown_drops_work_not_started_and_refuses_more() -> None:
+    pool = WorkerPool(1, "test-pool")
+    release = threading.Event()
+    ran: list[str] = []
+
+    def hold() -> None:
+        ran.append("first")
+        release.wait(10)
+
+    pool.submit(hold)
+    wait_until(lambda: ran == ["first"], 10, "the first item")
+    pool.submit(lambda: ran.append("queued"))
+    pool.shutdown()
+    pool.submit(lambda: ran.append("after"))
+    release.set()
+    # The thread ends after its current item; nothing else ran.
+    wait_until(
+        lambda: not any(t.name.startswith("test-pool") for t in threading.enumerate()),
+        10,
+        "the pool's thread to end",
+    )
+    assert ran == ["first"]
