@@ -125,16 +125,20 @@ class Completing:
             for item, version in versions.items()
         }
         self.done = list(self.groups)
+        self._ops: list[Op] | None = None  # asked for several times per group commit
 
     def ops(self) -> list[Op]:
-        return [op for ops in self.groups.values() for op in ops]
+        if self._ops is None:
+            self._ops = [op for ops in self.groups.values() for op in ops]
+        return self._ops
 
     def applied(self, results: Sequence[object]) -> None:
-        self.groups = {}
+        self.groups, self._ops = {}, []
 
     def refused(self, index: int, cause: RegistryError) -> bool:
         flat = [(item, op) for item, ops in self.groups.items() for op in ops]
         item, op = flat[index]
+        self._ops = None
         if isinstance(op, Check) and isinstance(cause, BadVersionError | NoNodeError):
             log.info("job %s: item %d was claimed anew; its old run ends", self.paths.job, item)
             del self.groups[item]
