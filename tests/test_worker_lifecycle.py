@@ -11,7 +11,7 @@ from shardcron.admin import Admin, JobStatus
 from shardcron.config import JobConfig
 from shardcron.model import ShardingContext
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
-from shardcron.scheduler import Scheduler
+from shardcron.scheduler import Scheduler, some
 from tests.helpers import wait_until
 
 A, B = "10.0.4.1@-@6401", "10.0.4.2@-@6402"
@@ -72,3 +72,11 @@ def test_a_worker_whose_last_job_is_shut_down_says_it_is_idle(
         )
     finally:
         a.stop(grace=2)
+
+
+def test_log_lines_about_a_workers_jobs_name_twenty_and_count_the_rest() -> None:
+    names = [f"j{n:04d}" for n in range(5_000)]
+    line = some(names)
+    assert line.startswith("j0000, j0001, ")
+    assert line.endswith("j0019 and 4,980 more")
+    assert some(names[:20], "; ") == "; ".join(names[:20])

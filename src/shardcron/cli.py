@@ -38,6 +38,7 @@ from shardcron.explain import Notes, explain_cron, explain_drift
 from shardcron.launch import REGISTRY_ENV, build_scheduler, choose_registry, describe_registry
 from shardcron.localzk import zookeeper as zookeeper_command
 from shardcron.registry import Registry
+from shardcron.scheduler import some
 from shardcron.secrecy import RedactingFilter, redact_props, redact_text
 from shardcron.snakeyaml import RegistryLoader, load
 
@@ -169,7 +170,7 @@ def run(
     if not scheduler.runtimes:
         _fail("no job could start")
     click.echo(
-        f"shardcron worker {scheduler.instance_id}: running {', '.join(sorted(scheduler.runtimes))}"
+        f"shardcron worker {scheduler.instance_id}: running {some(sorted(scheduler.runtimes))}"
         f" on {describe_registry(target)}",
         err=True,
     )

@@ -307,7 +307,7 @@ class Scheduler:
             log.warning(
                 "items still running after %.0fs: %s; their claims stay until they return",
                 grace,
-                "; ".join(f"{job} {items}" for job, items in sorted(still.items())),
+                some([f"{job} {items}" for job, items in sorted(still.items())], "; "),
             )
             threading.Thread(
                 target=self._close_when_idle, args=(runtimes,), name="shardcron-stop", daemon=True
@@ -441,6 +441,14 @@ class Scheduler:
 def _run_all(fns: list[Callable[[], None]]) -> None:
     for fn in fns:
         _logged(fn)
+
+
+def some(names: list[str], separator: str = ", ", limit: int = 20) -> str:
+    """The first ``limit`` of ``names`` and how many more: a worker with thousands of jobs
+    would otherwise write a line of hundreds of kilobytes."""
+    if len(names) <= limit:
+        return separator.join(names)
+    return f"{separator.join(names[:limit])} and {len(names) - limit:,} more"
 
 
 def _logged(fn: Callable[[], None]) -> None:
