@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -20,10 +21,11 @@ from shardcron.model import ShardingContext
 from shardcron.paths import JobPaths
 from shardcron.registry import Create, Op, OpResult, SetData, TreeCache
 from shardcron.registry.memory import MemoryRegistry
+from shardcron.registry.zookeeper import ZooKeeperRegistry
 from shardcron.scheduler import Scheduler
 from shardcron.strategies import avg_allocation
 from shardcron.testing import ZooKeeperServer, unique_namespace
-from tests.conftest import Backend
+from tests.conftest import Backend, zk_config
 from tests.helpers import wait_until
 
 A, B, C = (f"127.0.0.{n}@-@{2000 + n}" for n in range(1, 4))
@@ -185,3 +187,51 @@ def test_a_big_layout_is_written_in_few_transactions_under_the_size_limit() -> N
         ]
         assert all(isinstance(op, Create | SetData) for t in registry.transactions[:-1] for op in t)
     registry.close()
+
+
+def test_notifications_keep_flowing_while_a_read_waits_for_kazoos_thread(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """A worker starting 10,000 jobs hung for good: a thread sending a batch's reads
+    blocked on kazoo's wake-up pipe (full: kazoo's thread had not read it) while holding
+    the lock kazoo's thread needed to queue its next notification. Here the send waits
+    for that next notification instead of the pipe: it must arrive."""
+    namespace = unique_namespace("wake")
+    registry = ZooKeeperRegistry(zk_config(zookeeper, namespace))
+    writer = ZooKeeperRegistry(zk_config(zookeeper, namespace))
+    registry.start()
+    writer.start()
+    gate, queued, sending = threading.Event(), threading.Event(), threading.Event()
+    original_queue, original_send = registry._queue_change, registry._send_reads
+
+    def queue_change(tree: Any, path: str, kind: int) -> None:
+        original_queue(tree, path, kind)
+        if path == "/t/b":
+            queued.set()
+
+    def hold() -> None:
+        gate.wait(20)
+
+    def send_reads(reads: list[tuple[int, str]]) -> list[Any]:
+        sending.set()
+        queued.wait(20)  # as kazoo's pipe: free once kazoo's thread moves on
+        return original_send(reads)
+
+    try:
+        writer.create("/t")
+        registry.tree_cache("/t")
+        registry._queue_change = queue_change  # type: ignore[method-assign]
+        registry._events.submit(hold)  # batches queue behind it
+        writer.create("/t/a", b"1")
+        wait_until(lambda: registry._batch is not None, 10, "the notification of /t/a")
+        registry._send_reads = send_reads  # type: ignore[method-assign]
+        closer = threading.Thread(target=registry._submit, args=(lambda: None,), daemon=True)
+        closer.start()
+        assert sending.wait(10)
+        writer.create("/t/b", b"2")
+        assert queued.wait(10), "kazoo's thread could not queue a notification"
+    finally:
+        gate.set()
+        queued.set()
+        registry.close()
+        writer.close()

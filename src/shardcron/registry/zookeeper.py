@@ -138,9 +138,14 @@ class ZooKeeperRegistry:
         self._listeners: list[SessionListener] = []
         self._caches: CacheIndex[_ZooKeeperTreeCache] = CacheIndex()
         self._events = EventThread(f"shardcron-zk-{config.namespace}")
-        # The changes the next batch job applies (see _queue_change), or None.
+        # The changes the next batch job applies (see _queue_change), or None; and the
+        # batches closed whose reads have not gone out yet, oldest first. Kazoo's thread
+        # takes _batch_lock, so nobody holds it while sending: a send can block until that
+        # thread reads its wake-up pipe. _send_lock keeps the batches' reads in order.
         self._batch: _Batch | None = None
+        self._unsent: list[_Batch] = []
         self._batch_lock = threading.Lock()
+        self._send_lock = threading.Lock()
         self._session: int | None = None
         self._closing = False
         self._suspended = False
@@ -188,25 +193,39 @@ class ZooKeeperRegistry:
             self._session = session
             self._suspended = False
             if self._caches:
-                self._submit(self._resync_caches)
+                self._submit(self._resync_caches, send=False)
             self._publish(SessionState.RECONNECTED if same else SessionState.CONNECTED)
 
     def _publish(self, state: SessionState) -> None:
         for listener in list(self._listeners):
-            self._submit(lambda fn=listener: fn(state))  # type: ignore[misc]
+            self._submit(lambda fn=listener: fn(state), send=False)  # type: ignore[misc]
 
-    def _submit(self, fn: Callable[[], None]) -> None:
+    def _submit(self, fn: Callable[[], None], send: bool = True) -> None:
         """Queue ``fn`` on the event thread, after every notification received so far:
-        it closes the open batch, so later notifications apply after ``fn`` runs."""
+        it closes the open batch, so later notifications apply after ``fn`` runs.
+
+        The closed batch's reads go out now, so they are answered by the time the event
+        thread gets to it; on kazoo's thread (``send=False``) the event thread sends them,
+        as kazoo's thread must never wait for its own wake-up pipe."""
         with self._batch_lock:
             self._close_batch()
             self._events.submit(fn)
+        if send:
+            with self._send_lock:
+                self._send_unsent()
 
     def _close_batch(self) -> None:
-        """No more changes join the open batch; its reads go out now (caller holds the
-        batch lock), so they are answered by the time the event thread gets to it."""
+        """No more changes join the open batch (caller holds the batch lock)."""
         batch, self._batch = self._batch, None
         if batch is not None:
+            self._unsent.append(batch)
+
+    def _send_unsent(self) -> None:
+        """Send the reads of every closed batch not sent yet, oldest first (caller holds
+        the send lock, not the batch lock)."""
+        with self._batch_lock:
+            batches, self._unsent = self._unsent, []
+        for batch in batches:
             batch.paths = list(dict.fromkeys(p for _, p, kind in batch.changes if kind == _FETCH))
             try:
                 batch.answers = self._send_reads([(zkwire.GET_DATA, p) for p in batch.paths])
@@ -228,9 +247,11 @@ class ZooKeeperRegistry:
             batch.changes.append((tree, path, kind))
 
     def _apply_batch(self, batch: _Batch) -> None:
-        with self._batch_lock:
-            if self._batch is batch:
-                self._close_batch()  # later notifications start the next batch
+        with self._send_lock:
+            with self._batch_lock:
+                if self._batch is batch:
+                    self._close_batch()  # later notifications start the next batch
+            self._send_unsent()
         values: dict[str, bytes | list[str] | int] = {}
         retry = False
         try:
