@@ -9,8 +9,10 @@ import pytest
 
 from shardcron.admin import Admin, JobStatus
 from shardcron.config import JobConfig
+from shardcron.errors import ConnectionLostError
 from shardcron.model import ShardingContext
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
+from shardcron.runtime import JobRuntime
 from shardcron.scheduler import Scheduler, some
 from tests.helpers import wait_until
 
@@ -80,3 +82,29 @@ def test_log_lines_about_a_workers_jobs_name_twenty_and_count_the_rest() -> None
     assert line.startswith("j0000, j0001, ")
     assert line.endswith("j0019 and 4,980 more")
     assert some(names[:20], "; ") == "; ".join(names[:20])
+
+
+def test_a_registry_error_in_a_jobs_first_heal_does_not_stop_it_firing(
+    server: MemoryServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen at scale: a session expiring while a worker started thousands of jobs failed
+    their first heal, and those jobs were never armed."""
+    heal = JobRuntime._heal
+    failed: list[bool] = []
+
+    def first_fails(runtime: JobRuntime, full: bool = False) -> bool:
+        if not failed:
+            failed.append(True)
+            raise ConnectionLostError("lost while starting")
+        return heal(runtime, full)
+
+    monkeypatch.setattr(JobRuntime, "_heal", first_fails)
+    runs: list[int] = []
+    scheduler = Scheduler(MemoryRegistry(server, "life"), instance_id=A)
+    scheduler.add_job(TICK, lambda ctx: runs.append(ctx.sharding_item))
+    scheduler.start()
+    try:
+        wait_until(lambda: sorted(set(runs)) == [0, 1], 5, "both items to run")
+        assert failed
+    finally:
+        scheduler.stop(grace=1)

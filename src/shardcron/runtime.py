@@ -219,7 +219,9 @@ class JobRuntime:
         log.info("job %s started on %s", self.name, self.instance)
 
     def _begin(self) -> None:
-        self._heal(full=True)
+        # A registry error in this first heal must not leave the job without its timer
+        # and heal tick: the tick retries what the heal left undone.
+        self.guarded(lambda: self._heal(full=True), "its start")
         self.firing.arm()
         self._arm_heal()
 
