@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
+from shardcron import plugins
 from shardcron.admin import Admin, JobStatus
 from shardcron.config import JobConfig
 from shardcron.errors import ConnectionLostError
@@ -14,6 +16,7 @@ from shardcron.model import ShardingContext
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
 from shardcron.runtime import JobRuntime
 from shardcron.scheduler import Scheduler, some
+from shardcron.strategies import avg_allocation, register_strategy
 from tests.helpers import wait_until
 
 A, B = "10.0.4.1@-@6401", "10.0.4.2@-@6402"
@@ -108,3 +111,30 @@ def test_a_registry_error_in_a_jobs_first_heal_does_not_stop_it_firing(
         assert failed
     finally:
         scheduler.stop(grace=1)
+
+
+def test_a_custom_strategy_that_raises_once_does_not_stop_the_job_for_good(
+    server: MemoryServer,
+) -> None:
+    calls: list[str] = []
+
+    def flaky(ids: Sequence[str], job: str, total: int) -> dict[str, list[int]]:
+        calls.append(job)
+        if len(calls) == 1:
+            raise RuntimeError("a bug in the strategy, fixed by its next call")
+        return avg_allocation(ids, job, total)
+
+    register_strategy("FLAKY", flaky)
+    runs: list[int] = []
+    scheduler = Scheduler(MemoryRegistry(server, "life"), instance_id=A)
+    scheduler.add_job(
+        dataclasses.replace(TICK, job_sharding_strategy_type="FLAKY"),
+        lambda ctx: runs.append(ctx.sharding_item),
+    )
+    scheduler.start()
+    try:
+        wait_until(lambda: sorted(set(runs)) == [0, 1], 5, "both items to run")
+        assert len(calls) >= 2
+    finally:
+        scheduler.stop(grace=1)
+        plugins.unregister(plugins.Kind.STRATEGY, "FLAKY")

@@ -57,7 +57,7 @@ class TransactionError(RegistryError):
 
 
 class ShardingError(ShardcronError):
-    """A sharding strategy produced an assignment that cannot be written."""
+    """A sharding strategy failed, or produced an assignment that cannot be written."""
 
 
 class ClockSkewError(ShardcronError):

@@ -144,11 +144,13 @@ class Firing:
             if token != self._timer:
                 return
             late = self.rt.host.now() - when
-            if late <= MAX_LATENESS_SECONDS:
-                self.rt.guarded(lambda: self.fire(start_at=when), "fire")
-            else:
-                self._missed_fire(when, late)
-            self.arm(after=when)
+            try:
+                if late <= MAX_LATENESS_SECONDS:
+                    self.rt.guarded(lambda: self.fire(start_at=when), "fire")
+                else:
+                    self._missed_fire(when, late)
+            finally:  # whatever failed, the job keeps its next fire
+                self.arm(after=when)
 
         # The claim's answer comes after the watch events of its own writes, which grow with
         # the items claimed: the lead grows with them too (items still start on the second).

@@ -478,8 +478,10 @@ class JobRuntime:
         def tick() -> None:
             if token != self._heal_timer or (self.stopped and not self.firing.busy):
                 return
-            self.guarded(self._heal, "heal tick")
-            self._arm_heal()
+            try:
+                self.guarded(self._heal, "heal tick")
+            finally:  # whatever failed, the job keeps healing
+                self._arm_heal()
 
         self.host.call_later(HEAL_SECONDS, tick)
 

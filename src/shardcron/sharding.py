@@ -126,7 +126,11 @@ def assign(
     paths: JobPaths, total: int, instances: list[str], strategy: Strategy
 ) -> dict[str, list[int]]:
     """The strategy's assignment, checked (a :class:`ShardingError` if it is unusable)."""
-    return _checked(strategy(order_instances(instances), paths.job, total), instances, total)
+    try:
+        assignment = strategy(order_instances(instances), paths.job, total)
+    except Exception as exc:  # user code: the job must survive it and plan again
+        raise ShardingError(f"sharding strategy failed: {exc!r}") from exc
+    return _checked(assignment, instances, total)
 
 
 class Resharding:
