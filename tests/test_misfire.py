@@ -158,8 +158,10 @@ class RecordingRegistry(MemoryRegistry):
 
 def test_fires_skipped_before_the_flag_is_written_write_it_once_and_rerun_once() -> None:
     """Two fires come while the item runs, in one coordinator turn (as on a worker that
-    lags): its misfire flag is written once, no transaction is refused (each refusal costs
-    the whole group commit of the process another round trip), and it re-runs once."""
+    lags): its misfire flag is written once, never refused as already there (each refusal
+    costs the whole group commit of the process another round trip), and it re-runs once.
+    (Taking a flag the cache still shows after it was taken is refused as gone, and
+    dropped: that one can happen, and never re-runs the item.)"""
     registry = RecordingRegistry()
     paths = JobPaths("lagging")
     release = threading.Event()
@@ -172,7 +174,11 @@ def test_fires_skipped_before_the_flag_is_written_write_it_once_and_rerun_once()
     scheduler = Scheduler(registry, instance_id=A)
     scheduler.add_job(job("lagging", 1, cron="0 0 0 1 1 ? 2099"), work)
     scheduler.start()
+    runtime = scheduler.runtimes["lagging"]
     try:
+        # Not what this test is about: a trigger that comes before the job's own cache shows
+        # it registered and elected.
+        wait_until(lambda: runtime.is_leader(), 10, "the job's election in its cache")
         scheduler.trigger("lagging")
         wait_until(lambda: registry.stat(paths.running(0)) is not None, 10, "the first run")
         gate = threading.Event()
@@ -193,7 +199,7 @@ def test_fires_skipped_before_the_flag_is_written_write_it_once_and_rerun_once()
         scheduler.stop()
     flags = [op for ops in registry.sent for op in ops if op == Create(paths.misfire(0))]
     assert len(flags) == 1
-    assert registry.refused == []
+    assert [e for e in registry.refused if isinstance(e.op, Create)] == []
     assert runs == ["NORMAL_TRIGGER", "MISFIRE"]
 
 
