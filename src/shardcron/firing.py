@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from shardcron import execution, failover, groupcommit, membership, sharding
+from shardcron import election, execution, failover, groupcommit, membership, sharding
 from shardcron.errors import ClockSkewError, RegistryError, ShardcronError, TransactionError
 from shardcron.events import FailoverClaimed, ItemsSkipped
 from shardcron.fire import Fire, FirePath
@@ -214,10 +214,16 @@ class Firing:
         self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)
 
     def run_pending(self) -> None:
-        pending = self._pending
-        if self.rt.reshard_due and not self.rt.is_leader():
-            self.rt.reshard_due = False  # leadership moved on: the new leader reshards
-        if pending is None or self.rt.stopped or self.rt.reshard_due:
+        pending, rt = self._pending, self.rt
+        if rt.reshard_due:
+            # A cache that shows no leader yet is behind our own election, not a sign
+            # that leadership moved on.
+            leader = election.leader(rt.cache, rt.paths)
+            if leader is not None and leader != rt.instance:
+                rt.reshard_due = False  # the new leader reshards
+            elif leader == rt.instance and pending is not None and not rt.stopped:
+                rt.reshard()  # a fire waits for it: do not leave it to the next one
+        if pending is None or rt.stopped or rt.reshard_due:
             return
         if sharding.is_necessary(self.rt.cache, self.rt.paths):
             return

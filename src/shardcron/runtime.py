@@ -407,8 +407,13 @@ class JobRuntime:
             paths.child_name(paths.instances, path) and kind is not EventType.UPDATED
         ):
             self._on_membership()
-        elif path == paths.election_instance and kind is EventType.REMOVED:
-            self._heal()
+        elif path == paths.election_instance:
+            # Gone: elect. Shown: a fire that came before the cache showed this instance
+            # elected may wait for its resharding.
+            if kind is EventType.REMOVED:
+                self._heal()
+            else:
+                self.firing.run_pending()
         elif path == paths.trigger(self.instance) and kind is EventType.ADDED:
             self._on_trigger()
         elif paths.child_name(paths.failover_items, path) and kind is EventType.ADDED:
