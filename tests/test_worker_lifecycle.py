@@ -152,8 +152,11 @@ class LaggingCacheRegistry(MemoryRegistry):
 
     def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
         if any(op.path.endswith("/leader/election/instance") for op in ops):
-            self._events.submit(lambda: self.release.wait(10))
+            self._events.submit(self._hold)
         return super().transaction(ops)
+
+    def _hold(self) -> None:
+        self.release.wait(10)
 
 
 def test_a_trigger_right_after_start_runs_though_the_cache_is_behind_the_election(
