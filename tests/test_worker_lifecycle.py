@@ -6,14 +6,16 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
-from shardcron import plugins
+from shardcron import healing, plugins
 from shardcron.admin import Admin, JobStatus
 from shardcron.config import JobConfig
 from shardcron.errors import ConnectionLostError
 from shardcron.model import ShardingContext
+from shardcron.paths import JobPaths
 from shardcron.registry import Op, OpResult
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
 from shardcron.runtime import JobRuntime
@@ -179,4 +181,37 @@ def test_a_trigger_right_after_start_runs_though_the_cache_is_behind_the_electio
         assert ran.wait(5), "the triggered run"
     finally:
         registry.release.set()
+        scheduler.stop(grace=1)
+
+
+def test_the_heal_of_an_unchanged_job_reads_no_items_and_still_finds_what_changes(
+    server: MemoryServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job of thousands of items on every instance: each heal (every 2 s, and on every
+    membership change) read every item, most of a worker's CPU on a quiet cluster."""
+    sweeps: list[int] = []
+    sweep = healing.sweep
+
+    def counted(*args: Any) -> healing.Findings:
+        sweeps.append(1)
+        return sweep(*args)
+
+    monkeypatch.setattr(healing, "sweep", counted)
+    big = JobConfig(job_name="big", cron="0 0 0 1 1 ? 2099", sharding_total_count=2000)
+    registry = MemoryRegistry(server, "life")
+    scheduler = Scheduler(registry, instance_id=A)
+    scheduler.add_job(big, noop)
+    scheduler.start()
+    runtime, paths = scheduler.runtimes["big"], JobPaths("big")
+    try:
+        scheduler.trigger("big")  # lays the items out
+        wait_until(lambda: runtime.cache.exists(paths.item_instance(1999)), 5, "the layout")
+        wait_until(lambda: not runtime.reconcile() and not runtime.reconcile(), 5, "quiet")
+        before = len(sweeps)
+        assert [runtime.reconcile() for _ in range(5)] == [False] * 5
+        assert len(sweeps) == before
+        registry.put(paths.item_instance(7), b"10.9.9.9@-@1")  # an owner that is gone
+        wait_until(lambda: runtime.cache.get(paths.item_instance(7)) == b"10.9.9.9@-@1")
+        assert runtime.reconcile() is True
+    finally:
         scheduler.stop(grace=1)

@@ -146,6 +146,7 @@ class JobRuntime:
         self._operator_stop = False
         self._heal_timer = 0
         self._heal_soon_armed = False
+        self._quiet: tuple[int, int, bool, bool] | None = None  # see _heal
         self.reshard_due = False
         self._written: tuple[dict[int, str], float] | None = None  # last layout, when
         self._resharding = False  # a resharding is in the group commit
@@ -525,8 +526,17 @@ class JobRuntime:
         self._elect()
         live = set(membership.live_instances(self.cache, self.paths)) | {self.instance}
         cfg = self.config
-        found = healing.sweep(self.cache, self.paths, cfg.sharding_total_count, live, cfg.failover)
         leader = self.is_leader()
+        # The sweep reads every item: on a big job, the most costly part of a heal. What
+        # it finds follows from the cache alone, so a cache unchanged since a sweep that
+        # found nothing would make it find nothing again.
+        quiet = (self.cache.version, cfg.sharding_total_count, cfg.failover, leader)
+        if not full and quiet == self._quiet:
+            found = healing.Findings()
+        else:
+            total = cfg.sharding_total_count
+            found = healing.sweep(self.cache, self.paths, total, live, cfg.failover)
+            self._quiet = None if found else quiet
         for item in found.suspect_claims if leader or full else ():
             self._repair_claim(item, live, leader)
         if leader:

@@ -93,6 +93,7 @@ class LocalTree:
         self._lock = threading.Lock()
         self._data: dict[str, bytes] = {}
         self._children: dict[str, set[str]] = {}
+        self.version = 0  # bumped by every change: an equal version means equal contents
         self.closed = False
 
     # -- reads (any thread) -------------------------------------------------------------
@@ -139,6 +140,7 @@ class LocalTree:
                 events.append(NodeEvent(EventType.ADDED, path, data))
             elif old != data:
                 self._data[path] = data
+                self.version += 1
                 events.append(NodeEvent(EventType.UPDATED, path, data))
         self._emit(events)
 
@@ -149,6 +151,7 @@ class LocalTree:
                 return
             for p in self._subtree(path):  # children before their parent
                 del self._data[p]
+                self.version += 1
                 self._children.pop(p, None)
                 self._children.get(parent_of(p), set()).discard(p.rsplit("/", 1)[1])
                 events.append(NodeEvent(EventType.REMOVED, p, b""))
@@ -177,6 +180,7 @@ class LocalTree:
 
     def _add(self, path: str, data: bytes) -> None:
         self._data[path] = data
+        self.version += 1
         self._children.setdefault(path, set())
         if path != self.root:
             self._children.setdefault(parent_of(path), set()).add(path.rsplit("/", 1)[1])

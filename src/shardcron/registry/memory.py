@@ -580,6 +580,10 @@ class MemoryTreeCache:
     def children(self, path: str) -> list[str]:
         return self._tree.children(path)
 
+    @property
+    def version(self) -> int:
+        return self._tree.version
+
     def close(self) -> None:
         self._tree.close()
 

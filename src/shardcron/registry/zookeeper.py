@@ -167,15 +167,21 @@ class ZooKeeperRegistry:
         zkwire.BufferedReads(client._connection)
 
     def _hook_watch_events(self) -> None:
-        connection = self.client._connection
+        client = self.client
+        connection = client._connection
         original = connection._read_watch_event
 
         def read_watch_event(buffer: bytes, offset: int) -> Any:
             watch, _ = Watch.deserialize(buffer, offset)
-            path = self.client.unchroot(watch.path) or "/"
+            full = watch.path
+            path = client.unchroot(full) or "/"
             for cache in self._caches.covering(path):
                 cache.notify(watch.type, path)
-            return original(buffer, offset)
+            # Kazoo's own handling only serves the one-shot watches kazoo set (a lock's);
+            # skipping it for the rest halves the cost of the thousands of notifications
+            # of a resharding at scale.
+            if full in client._data_watchers or full in client._child_watchers:
+                original(buffer, offset)
 
         connection._read_watch_event = read_watch_event
 
@@ -651,6 +657,10 @@ class _ZooKeeperTreeCache:
 
     def children(self, path: str) -> list[str]:
         return self.tree.children(path)
+
+    @property
+    def version(self) -> int:
+        return self.tree.version
 
     def close(self) -> None:
         self.tree.closed = True
