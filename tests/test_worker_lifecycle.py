@@ -14,7 +14,7 @@ from shardcron import healing, plugins
 from shardcron.admin import Admin, JobStatus
 from shardcron.config import JobConfig
 from shardcron.errors import ConnectionLostError
-from shardcron.model import ShardingContext
+from shardcron.model import ShardingContext, item_ranges
 from shardcron.paths import JobPaths
 from shardcron.registry import Op, OpResult
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
@@ -89,6 +89,13 @@ def test_log_lines_about_a_workers_jobs_name_twenty_and_count_the_rest() -> None
     assert line.startswith("j0000, j0001, ")
     assert line.endswith("j0019 and 4,980 more")
     assert some(names[:20], "; ") == "; ".join(names[:20])
+
+
+def test_log_lines_about_a_fires_items_show_ranges_and_stay_short() -> None:
+    assert item_ranges([9, 0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-9"
+    assert item_ranges(range(200, 400)) == "200-399"
+    scattered = item_ranges(range(0, 10_000, 2))
+    assert scattered.startswith("0, 2, 4, ") and scattered.endswith("38 ... (5,000 items)")
 
 
 def test_a_registry_error_in_a_jobs_first_heal_does_not_stop_it_firing(

@@ -24,7 +24,7 @@ from shardcron import election, execution, failover, groupcommit, membership, sh
 from shardcron.errors import ClockSkewError, RegistryError, ShardcronError, TransactionError
 from shardcron.events import FailoverClaimed, ItemsSkipped
 from shardcron.fire import Fire, FirePath
-from shardcron.model import ExecutionSource, ShardingContext, task_id
+from shardcron.model import ExecutionSource, ShardingContext, item_ranges, task_id
 from shardcron.paths import INSTANCE_DELIMITER
 
 if TYPE_CHECKING:
@@ -341,7 +341,7 @@ class Firing:
         if not items:
             return
         misfire = misfire and self.rt.config.misfire
-        log.info("job %s: items %s skipped: %s", self.rt.name, items, reason)
+        log.info("job %s: items %s skipped: %s", self.rt.name, item_ranges(items), reason)
         self.rt.emit(
             ItemsSkipped(
                 job_name=self.rt.name,
@@ -437,7 +437,12 @@ class Firing:
             if error is None:
                 self.rt.guarded(lambda: self._completed(fire), "completion")
                 return
-            log.warning("job %s: completion of %s pending (%s)", self.rt.name, fire.items, error)
+            log.warning(
+                "job %s: completion of items %s pending (%s)",
+                self.rt.name,
+                item_ranges(fire.items),
+                error,
+            )
             if fire not in self._unfinished:
                 self._unfinished.append(fire)
 
@@ -498,7 +503,7 @@ class Firing:
         # An item claimed meanwhile runs again already: that run covers the missed fire.
         items = sorted(i for i in items if i not in self._reserved)
         if items and not self.rt.stopped:
-            log.info("job %s: running misfired items %s", self.rt.name, items)
+            log.info("job %s: running misfired items %s", self.rt.name, item_ranges(items))
             self.fire(ExecutionSource.MISFIRE, only=items)
 
     # -- failover -------------------------------------------------------------------------

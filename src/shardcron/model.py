@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -71,6 +71,22 @@ def task_id(job: str, items: list[int], ip: str, pid: int | str | None = None) -
     """Java's task id format: ``{job}@-@{items}@-@READY@-@{ip}@-@{pid}``."""
     joined = ",".join(str(i) for i in items)
     return f"{job}@-@{joined}@-@READY@-@{ip}@-@{os.getpid() if pid is None else pid}"
+
+
+def item_ranges(items: Sequence[int], limit: int = 20) -> str:
+    """``items`` for a log line, consecutive ones as a range ("0-199, 400"): a fire of a
+    job of thousands of items would otherwise write a line of kilobytes."""
+    runs: list[str] = []
+    ordered = sorted(items)
+    start = 0
+    for n, item in enumerate(ordered):
+        if n + 1 == len(ordered) or ordered[n + 1] != item + 1:
+            first = ordered[start]
+            runs.append(str(first) if first == item else f"{first}-{item}")
+            start = n + 1
+    if len(runs) <= limit:
+        return ", ".join(runs)
+    return f"{', '.join(runs[:limit])} ... ({len(ordered):,} items)"
 
 
 def local_ip() -> str:

@@ -43,7 +43,7 @@ from shardcron.firing import Firing
 from shardcron.groupcommit import GroupCommit
 from shardcron.jobs import ItemRunner
 from shardcron.listeners import JobListener, ordered
-from shardcron.model import ExecutionSource, ShardingContext
+from shardcron.model import ExecutionSource, ShardingContext, item_ranges
 from shardcron.paths import JobPaths
 from shardcron.registry import (
     CacheSpec,
@@ -460,7 +460,9 @@ class JobRuntime:
         self.registry.delete(self.paths.trigger(self.instance))
         if self.firing.busy:
             log.info(
-                "job %s: trigger ignored, items %s still running", self.name, self.running_items
+                "job %s: trigger ignored, items %s still running",
+                self.name,
+                item_ranges(self.running_items),
             )
             return
         self.firing.fire(ExecutionSource.NORMAL_TRIGGER)
