@@ -19,6 +19,7 @@ A fire reads only the local cache. It costs two round trips when the instance ha
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -704,4 +705,11 @@ class JobRuntime:
 
 
 def _trigger(config: JobConfig) -> CronTrigger | None:
-    return CronTrigger.parse(config.cron, config.time_zone) if config.cron else None
+    return _parsed(config.cron, config.time_zone) if config.cron else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(cron: str, time_zone: str | None) -> CronTrigger:
+    """Jobs on the same schedule share one trigger (immutable): 1 KiB less per job, and
+    thousands of every-second jobs parse their cron once."""
+    return CronTrigger.parse(cron, time_zone)
