@@ -106,3 +106,33 @@ def test_registry_down_at_start_up_is_retried_not_fatal(
         starter.join(timeout=30)
         scheduler.stop()
         server.stop()
+
+
+def test_a_worker_stops_within_its_grace_while_zookeeper_is_down(
+    own_zookeeper: ZooKeeperServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGTERM during an outage (a host shutting down, a rolling restart): a request made
+    while kazoo reconnects waited for the connection, however long, so deregistering
+    hung the stop for good. Now the stop leaves the clean-up to the session's end."""
+    jobs = [
+        JobConfig(job_name=f"down{n}", cron="* * * * * ?", sharding_total_count=1)
+        for n in range(20)
+    ]
+    registry = ZooKeeperRegistry(zk_config(own_zookeeper, unique_namespace(), session_ms=8000))
+    scheduler = Scheduler(registry, instance_id=A)
+    ran: list[str] = []
+    for config in jobs:
+        scheduler.add_job(config, lambda ctx: ran.append(ctx.job_name))
+    scheduler.start()
+    wait_until(lambda: len(set(ran)) == len(jobs), timeout=15, what="every job running")
+    own_zookeeper.stop()
+    wait_until(lambda: not registry.connected, timeout=10, what="the connection lost")
+    began = time.monotonic()
+    stopper = threading.Thread(target=scheduler.stop, args=(2.0,), daemon=True)
+    with caplog.at_level(logging.WARNING, logger="shardcron"):
+        stopper.start()
+        stopper.join(timeout=20)
+    assert not stopper.is_alive(), "stop() still waiting for ZooKeeper after 20 s"
+    assert time.monotonic() - began < 10
+    unreachable = [r for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(unreachable) == 1, [r.getMessage() for r in caplog.records]

@@ -340,6 +340,21 @@ class JobRuntime:
         if self._deregistered:
             return
         self._deregistered = True
+        # Unreachable, each request would fail only after its retries, job after job: the
+        # session's end removes this instance's nodes (the scheduler says so, once).
+        if self.registry.connected:
+            self._clean_up_registration()
+        for listener in self.listeners:
+            unbind = getattr(listener, "unbind", None)
+            if unbind is not None:
+                unbind()
+        if self._cache is not None:
+            self._cache.close()
+        self.idle.set()
+        if self._operator_stop:
+            self.on_detach(self)
+
+    def _clean_up_registration(self) -> None:
         try:
             if not self._operator_stop:
                 self.registry.delete(self.paths.instance(self.instance))
@@ -350,15 +365,6 @@ class JobRuntime:
             stopmark.mark_stopped(self.registry, self.name, self.instance)  # not "CRASHED"
         except RegistryError as exc:
             log.warning("job %s: could not deregister cleanly: %s", self.name, exc)
-        for listener in self.listeners:
-            unbind = getattr(listener, "unbind", None)
-            if unbind is not None:
-                unbind()
-        if self._cache is not None:
-            self._cache.close()
-        self.idle.set()
-        if self._operator_stop:
-            self.on_detach(self)
 
     # -- reacting to the registry -------------------------------------------------------
 

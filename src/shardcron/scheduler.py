@@ -292,6 +292,11 @@ class Scheduler:
         so no other instance starts the same item meanwhile.
         """
         self._stopping.set()
+        if not self.registry.connected:
+            log.warning(
+                "stopping while the registry is unreachable: this instance's nodes go when "
+                "its session expires, and its jobs will not show a clean stop"
+            )
         # The timer keeps running until the close: completions still go out through it.
         runtimes = list(self.runtimes.values())
         stopping = threading.Event()

@@ -121,7 +121,10 @@ CacheSpec = tuple[str, NodeListener | None, Callable[[str], bool] | None]
 
 
 class Registry(Protocol):
-    """Storage for coordination state. Methods raise :class:`RegistryError` subclasses only."""
+    """Storage for coordination state. Methods raise :class:`RegistryError` subclasses only.
+
+    A request made while the connection is down fails (:class:`ConnectionLostError`)
+    instead of waiting for the connection to come back."""
 
     @property
     def namespace(self) -> str: ...

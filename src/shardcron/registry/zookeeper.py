@@ -30,6 +30,7 @@ from kazoo import exceptions as kx
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import Watch
+from kazoo.protocol.states import KeeperState
 from kazoo.recipe.lock import Lock as KazooLock
 from kazoo.retry import KazooRetry, RetryFailedError
 from kazoo.security import CREATOR_ALL_ACL, Permissions, make_digest_acl
@@ -158,6 +159,13 @@ class ZooKeeperRegistry:
         original_call = client._call
 
         def counted_call(request: Any, async_object: Any) -> Any:
+            if client._state == KeeperState.CONNECTING:
+                # Kazoo would queue it until the connection is back, however long that
+                # takes (a stop during an outage hung for good). Fail at once, as the
+                # embedded registry does: retried reads and writes retry; a transaction's
+                # outcome is settled after the reconnect, as for a lost answer.
+                async_object.set_exception(kx.ConnectionLoss("not connected to ZooKeeper"))
+                return False
             with self._count_lock:
                 self._requests += 1
             return original_call(request, async_object)
