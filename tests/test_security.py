@@ -7,6 +7,7 @@ ensemble without a digest ACL is.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import socket
@@ -399,9 +400,12 @@ def test_the_dump_port_answers_any_input_without_a_traceback(
     server = DumpServer(registry, 0).start()
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=5) as conn:
-            conn.sendall(line)
-            conn.shutdown(socket.SHUT_WR)
-            assert conn.recv(1024) == b""
+            # A line over the limit: the server may close before the client is done.
+            with contextlib.suppress(OSError):
+                conn.sendall(line)
+                conn.shutdown(socket.SHUT_WR)
+            with contextlib.suppress(ConnectionResetError):
+                assert conn.recv(1024) == b""
     finally:
         server.stop()
         registry.close()
