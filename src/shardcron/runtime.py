@@ -147,7 +147,7 @@ class JobRuntime:
         self._operator_stop = False
         self._heal_timer = 0
         self._heal_soon_armed = False
-        self._quiet: tuple[int, int, bool, bool] | None = None  # see _heal
+        self._quiet: tuple[int, int, bool] | None = None  # see _heal
         self.reshard_due = False
         self._written: tuple[dict[int, str], float] | None = None  # last layout, when
         self._resharding = False  # a resharding is in the group commit
@@ -537,9 +537,9 @@ class JobRuntime:
         cfg = self.config
         leader = self.is_leader()
         # The sweep reads every item: on a big job, the most costly part of a heal. What
-        # it finds follows from the cache alone, so a cache unchanged since a sweep that
-        # found nothing would make it find nothing again.
-        quiet = (self.cache.version, cfg.sharding_total_count, cfg.failover, leader)
+        # it finds follows from the cache (leadership and live instances included) and the
+        # config, so an unchanged cache after a sweep that found nothing finds nothing.
+        quiet = (self.cache.version, cfg.sharding_total_count, cfg.failover)
         if not full and quiet == self._quiet:
             found = healing.Findings()
         else:
