@@ -37,8 +37,8 @@ from shardcron.errors import (
 from shardcron.explain import Notes, explain_cron, explain_drift
 from shardcron.launch import REGISTRY_ENV, build_scheduler, choose_registry, describe_registry
 from shardcron.localzk import zookeeper as zookeeper_command
+from shardcron.model import some
 from shardcron.registry import Registry
-from shardcron.scheduler import some
 from shardcron.secrecy import RedactingFilter, redact_props, redact_text
 from shardcron.snakeyaml import RegistryLoader, load
 

@@ -73,9 +73,17 @@ def task_id(job: str, items: list[int], ip: str, pid: int | str | None = None) -
     return f"{job}@-@{joined}@-@READY@-@{ip}@-@{os.getpid() if pid is None else pid}"
 
 
-def item_ranges(items: Sequence[int], limit: int = 20) -> str:
-    """``items`` for a log line, consecutive ones as a range ("0-199, 400"): a fire of a
-    job of thousands of items would otherwise write a line of kilobytes."""
+def some(names: list[str], separator: str = ", ", limit: int = 20) -> str:
+    """The first ``limit`` of ``names`` and how many more: a worker with thousands of jobs
+    would otherwise write a line of hundreds of kilobytes."""
+    if len(names) <= limit:
+        return separator.join(names)
+    return f"{separator.join(names[:limit])} and {len(names) - limit:,} more"
+
+
+def item_ranges(items: Sequence[int]) -> str:
+    """``items`` for a log line, consecutive ones as a range ("0-199, 400"), twenty ranges
+    at most (see :func:`some`)."""
     runs: list[str] = []
     ordered = sorted(items)
     start = 0
@@ -84,9 +92,7 @@ def item_ranges(items: Sequence[int], limit: int = 20) -> str:
             first = ordered[start]
             runs.append(str(first) if first == item else f"{first}-{item}")
             start = n + 1
-    if len(runs) <= limit:
-        return ", ".join(runs)
-    return f"{', '.join(runs[:limit])} ... ({len(ordered):,} items)"
+    return some(runs)
 
 
 def local_ip() -> str:

@@ -40,7 +40,7 @@ from shardcron.groupcommit import GroupCommit
 from shardcron.jobs import AsyncLoop, make_runner
 from shardcron.listeners import JobListener, load_listeners
 from shardcron.metrics import Metrics
-from shardcron.model import ExecutionSource, default_instance_id, local_ip
+from shardcron.model import ExecutionSource, default_instance_id, local_ip, some
 from shardcron.paths import instance_ip
 from shardcron.registration import GROUP_SIZE, start_together
 from shardcron.registry import Registry, SessionState
@@ -446,14 +446,6 @@ class Scheduler:
 def _run_all(fns: list[Callable[[], None]]) -> None:
     for fn in fns:
         _logged(fn)
-
-
-def some(names: list[str], separator: str = ", ", limit: int = 20) -> str:
-    """The first ``limit`` of ``names`` and how many more: a worker with thousands of jobs
-    would otherwise write a line of hundreds of kilobytes."""
-    if len(names) <= limit:
-        return separator.join(names)
-    return f"{separator.join(names[:limit])} and {len(names) - limit:,} more"
 
 
 def _logged(fn: Callable[[], None]) -> None:
