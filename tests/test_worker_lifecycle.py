@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -222,3 +223,75 @@ def test_the_heal_of_an_unchanged_job_reads_no_items_and_still_finds_what_change
         assert runtime.reconcile() is True
     finally:
         scheduler.stop(grace=1)
+
+
+class LostClaimRegistry(MemoryRegistry):
+    """Applies the next claim (a transaction that creates a lease) and loses its answer;
+    with ``drop_link`` the connection goes with it, as in an outage mid-claim."""
+
+    def __init__(self, server: MemoryServer, drop_link: bool) -> None:
+        super().__init__(server, "life")
+        self.drop_link = drop_link
+        self.armed = False
+
+    def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
+        claim = any(op.path.endswith("/running/lease") for op in ops)
+        if not (self.armed and claim):
+            return super().transaction(ops)
+        self.armed = False
+        super().transaction(ops)
+        if self.drop_link:
+            self.disconnect()
+        raise ConnectionLostError("the answer was lost")
+
+
+@pytest.mark.parametrize("drop_link", [True, False], ids=["disconnected", "connected"])
+def test_a_stop_after_a_claim_whose_answer_was_lost_starts_nothing_and_ends_soon(
+    server: MemoryServer, drop_link: bool
+) -> None:
+    """A claim whose answer was lost is kept until the registry says whether it went
+    through. Stopping meanwhile waited the whole grace with the registry unreachable, then
+    reported items "still running" that never started; with the registry reachable, the
+    next heal found the claim applied and started its items during the stop. Now the stop
+    lets go of it (unreachable) or hands it back (reachable), and starts nothing."""
+    paths = JobPaths("lost")
+    registry = LostClaimRegistry(server, drop_link)
+    scheduler = Scheduler(registry, instance_id=A)
+    ran: list[int] = []
+    scheduler.add_job(
+        JobConfig(job_name="lost", cron="0 0 0 1 1 ? 2099", sharding_total_count=1),
+        lambda ctx: ran.append(ctx.sharding_item),
+    )
+    scheduler.start()
+    observer = MemoryRegistry(server, "life")
+    observer.start()
+    try:
+        scheduler.trigger("lost")  # a first run lays the job out
+        wait_until(lambda: ran == [0], 10, "a first run")
+        wait_until(lambda: observer.stat(paths.running(0)) is None, 10, "its completion")
+        registry.armed = True
+        scheduler.trigger("lost")
+        wait_until(lambda: observer.stat(paths.running(0)) is not None, 10, "the lost claim")
+        began = time.monotonic()
+        still = scheduler.stop(grace=6.0)
+        took = time.monotonic() - began
+        # Handed back when reachable; else left to the session's end and the leader's sweep.
+        assert (observer.stat(paths.running(0)) is None) is not drop_link
+    finally:
+        scheduler.stop(grace=0)  # returns at once if stopped already
+        observer.close()
+    assert still == {}
+    assert took < 4.0  # a heal (every 2 s) settles a reachable one; nothing waits 6 s
+    assert ran == [0]  # the first run only
+
+
+def test_stopping_twice_returns_at_once(server: MemoryServer) -> None:
+    """A signal handler and an exit hook may both stop a worker; the second call waited
+    five seconds for a coordinator the first had already ended."""
+    scheduler = Scheduler(MemoryRegistry(server, "life"), instance_id=A)
+    scheduler.add_job(TICK, noop)
+    scheduler.start()
+    assert scheduler.stop(grace=1.0) == {}
+    began = time.monotonic()
+    assert scheduler.stop(grace=1.0) == {}
+    assert time.monotonic() - began < 0.5

@@ -95,6 +95,19 @@ class Firing:
         for fire in self._fires[:]:
             if fire.context is None and fire not in self._unsure and fire not in self._claiming:
                 self.complete(fire)  # a claim still in flight is completed when it returns
+        self._let_go_of_unsure()
+
+    def _let_go_of_unsure(self) -> None:
+        """Stopping while the registry is unreachable: claims whose answer was lost are
+        dropped, not kept until the registry can say whether they went through. Their items
+        never started; if a claim did go through, its lease ends with this session and the
+        leader's sweep clears it as after a crash. Keeping them held the stop for its whole
+        grace, and then reported items "still running" that never ran."""
+        if not self.rt.stopped or self.rt.registry.connected:
+            return  # connected: the next heal settles them (and hands them back)
+        for fire in self._unsure[:]:
+            self._unsure.remove(fire)
+            self._drop(fire)
 
     def claim_holds(self, fire: Fire) -> bool:
         """Items start only while the session that claimed them lives (as far as we know)."""
@@ -113,10 +126,12 @@ class Firing:
             applied = execution.settle(self.rt.registry, self.rt.paths, fire.items)
             self._unsure.remove(fire)
             if applied.items:
-                # The claim went through: run it, late, as the one run of its fire.
                 self._release([i for i in fire.items if i not in applied.items])
                 fire.claim, fire.items = applied, applied.items
-                self._dispatch(fire)
+                if self.rt.stopped:
+                    self.complete(fire)  # stopping: hand it back, as a claim made ahead
+                else:
+                    self._dispatch(fire)  # it went through: run it, late, as its fire's run
             else:
                 self._drop(fire)
                 if fire.source is not ExecutionSource.FAILOVER:
@@ -303,6 +318,7 @@ class Firing:
         elif error is not None:
             self._unsure.append(fire)  # settled by resolve() once reconnected
             self._report(error)
+            self._let_go_of_unsure()
         else:
             fire.claim = request.result
             if fire.claim.versions:

@@ -289,8 +289,11 @@ class Scheduler:
         Returns the items still running after ``grace``, by job. Their claims and this
         process's registry session are kept until they return (then the jobs deregister
         and the session closes): a claim is never released while its code may still run,
-        so no other instance starts the same item meanwhile.
+        so no other instance starts the same item meanwhile. Calling it again (a signal
+        handler and an exit hook both stopping) returns at once: the first call does it.
         """
+        if self._stopping.is_set():
+            return {}
         self._stopping.set()
         if not self.registry.connected:
             log.warning(
