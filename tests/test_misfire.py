@@ -12,6 +12,7 @@ import pytest
 
 from shardcron.config import JobConfig
 from shardcron.errors import ClockSkewError, TransactionError
+from shardcron.firing import MissedFires
 from shardcron.model import ShardingContext
 from shardcron.paths import JobPaths
 from shardcron.registry import Create, Op, OpResult
@@ -199,25 +200,51 @@ def test_fires_skipped_before_the_flag_is_written_write_it_once_and_rerun_once()
     assert runs == ["NORMAL_TRIGGER", "MISFIRE"]
 
 
-def test_a_stalled_worker_logs_its_missed_fires_in_one_line_per_job(
+def test_a_stalled_worker_logs_its_missed_fires_in_one_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A worker stalled for seconds misses the fires of every job at once; a warning per
-    job and missed fire would add to the load that stalled it: one line per job, with
-    the count, and the fires go on after the stall."""
-    runs: list[float] = []
+    job (thousands a minute on a big worker) would add to the load that stalled it: one
+    line for the process, and every job fires again after the stall."""
+    jobs = [f"stalled{n}" for n in range(20)]
+    runs: dict[str, list[float]] = {name: [] for name in jobs}
     scheduler = Scheduler(MemoryRegistry(), instance_id=A)
-    scheduler.add_job(job("stalled", 1), lambda ctx: runs.append(time.time()))
+    for name in jobs:
+        scheduler.add_job(job(name, 1), lambda ctx: runs[ctx.job_name].append(time.time()))
     scheduler.start()
     try:
-        wait_until(lambda: len(runs) >= 1, 10, "a first fire")
+        wait_until(lambda: all(runs.values()), 10, "a first fire of every job")
         stall_ends = time.time() + 3.5
         caplog.set_level(logging.WARNING, logger="shardcron.firing")
         # A stall of the coordinator, as a long garbage collection or an overload makes.
         scheduler.coordinate(lambda: time.sleep(3.5))
-        wait_until(lambda: any(t > stall_ends for t in runs), 10, "a fire after the stall")
+        wait_until(
+            lambda: all(any(t > stall_ends for t in r) for r in runs.values()),
+            10,
+            "a fire of every job after the stall",
+        )
     finally:
         scheduler.stop()
     missed = [r.getMessage() for r in caplog.records if "missed by" in r.getMessage()]
     assert len(missed) == 1, missed
-    assert missed[0].startswith("job stalled: fire of ")
+    assert missed[0].startswith("job stalled")
+
+
+def test_missed_fires_are_counted_across_jobs_until_the_next_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    missed = MissedFires()
+    with caplog.at_level(logging.WARNING, logger="shardcron.firing"):
+        missed.note("a", 100.0, 1.5, now=101.5)  # the first: said at once
+        missed.note("b", 100.0, 1.6, now=101.6)
+        missed.note("a", 101.0, 1.1, now=102.1)
+        missed.note("c", 130.0, 1.2, now=161.6)  # a minute after the line: said again
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "job a: fire of 100.0 missed by 1.5s",
+        (
+            "job c: fire of 130.0 missed by 1.2s (3 fires of 3 job(s) missed since the last "
+            "line: a stalled or overloaded process; if it recurs, spread the jobs over more "
+            "workers)"
+        ),
+    ]

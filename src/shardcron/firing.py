@@ -42,6 +42,32 @@ CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
 CLAIM_LEAD_STEP_SECONDS = 0.025
 
 
+class MissedFires:
+    """The warnings about fires that came too late to run, for a whole process: one line a
+    minute at most, counting what it missed since the last. A stalled or overloaded
+    process misses the fires of all its jobs at once; a line per job (thousands a minute
+    on a worker of thousands of jobs) would add to the load that made them late."""
+
+    def __init__(self) -> None:
+        self._fires = 0
+        self._jobs: set[str] = set()
+        self._logged_at = -MISSED_LOG_SECONDS
+
+    def note(self, job: str, when: float, late: float, now: float) -> None:
+        self._fires += 1
+        self._jobs.add(job)
+        if now - self._logged_at < MISSED_LOG_SECONDS:
+            return
+        also = (
+            f" ({self._fires} fires of {len(self._jobs)} job(s) missed since the last line: "
+            "a stalled or overloaded process; if it recurs, spread the jobs over more workers)"
+            if self._fires > 1
+            else ""
+        )
+        log.warning("job %s: fire of %s missed by %.1fs%s", job, when, late, also)
+        self._fires, self._jobs, self._logged_at = 0, set(), now
+
+
 @dataclass(slots=True)
 class _Pending:
     """A fire waiting for resharding to finish."""
@@ -73,8 +99,6 @@ class Firing:
         self._completing: list[Fire] = []  # completions sent likewise
         self._pending: _Pending | None = None
         self._clock_offset = 0.0
-        self._missed = 0  # fires missed since the last line that said so
-        self._missed_logged_at = -MISSED_LOG_SECONDS
         self._clock_checked_at = -CLOCK_REFRESH_SECONDS
 
     @property
@@ -163,7 +187,7 @@ class Firing:
                 if late <= MAX_LATENESS_SECONDS:
                     self.rt.guarded(lambda: self.fire(start_at=when), "fire")
                 else:
-                    self._missed_fire(when, late)
+                    self.rt.missed.note(self.rt.name, when, late, self.rt.host.now())
             finally:  # whatever failed, the job keeps its next fire
                 self.arm(after=when)
 
@@ -178,17 +202,6 @@ class Firing:
             # be running, and be skipped.
             lead = min(lead, (when - after) / 2)
         self.rt.host.call_later(max(0.0, when - lead - now), due)
-
-    def _missed_fire(self, when: float, late: float) -> None:
-        """One line per job and minute at most: a stalled or overloaded process misses the
-        fires of all its jobs at once, and a line each would add to the load."""
-        self._missed += 1
-        now = self.rt.host.now()
-        if now - self._missed_logged_at < MISSED_LOG_SECONDS:
-            return
-        also = f" ({self._missed} fires missed since the last line)" if self._missed > 1 else ""
-        log.warning("job %s: fire of %s missed by %.1fs%s", self.rt.name, when, late, also)
-        self._missed, self._missed_logged_at = 0, now
 
     def fire(
         self,

@@ -40,7 +40,7 @@ from shardcron.events import (
     Resharded,
 )
 from shardcron.fire import ErrorHandler, FirePath, Host
-from shardcron.firing import Firing
+from shardcron.firing import Firing, MissedFires
 from shardcron.groupcommit import GroupCommit
 from shardcron.jobs import ItemRunner
 from shardcron.listeners import JobListener, ordered
@@ -109,6 +109,7 @@ class JobRuntime:
         listeners: list[JobListener] | None = None,
         error_handler: ErrorHandler | None = None,
         commits: GroupCommit | None = None,
+        missed: MissedFires | None = None,
     ) -> None:
         self.config = config
         self.paths = JobPaths(config.job_name)
@@ -120,6 +121,7 @@ class JobRuntime:
         self.lead = lead  # how long before a fire its items are claimed
         # Shared by the process's jobs, so those due in one tick claim in one multi-op.
         self.commits = commits or GroupCommit(registry, host)
+        self.missed = missed or MissedFires()  # shared by the process's jobs, as commits
         self.on_detach = on_detach
         self.observers = observers or []
         self.listeners = ordered(listeners or [])

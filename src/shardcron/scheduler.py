@@ -36,6 +36,7 @@ from shardcron.dump import DumpServer
 from shardcron.errorhandlers import make_error_handler
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
 from shardcron.events import Observer
+from shardcron.firing import MissedFires
 from shardcron.groupcommit import GroupCommit
 from shardcron.jobs import AsyncLoop, make_runner
 from shardcron.listeners import JobListener, load_listeners
@@ -136,6 +137,7 @@ class Scheduler:
         self._pool = WorkerPool(max_workers, "shardcron-worker")
         self._coordinator: EventThread | None = None
         self._commits = GroupCommit(self.registry, self)
+        self._missed = MissedFires()
         self._loop = AsyncLoop()
         self._timer = threading.Condition()
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -260,6 +262,7 @@ class Scheduler:
                 listeners=listeners,
                 error_handler=error_handler,
                 commits=self._commits,
+                missed=self._missed,
             )
         except ShardcronError as exc:
             log.error("%s", exc)
