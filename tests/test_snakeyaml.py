@@ -12,7 +12,7 @@ import base64
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardcron.admin import Admin
@@ -20,7 +20,7 @@ from shardcron.config import JobConfig
 from shardcron.paths import JobPaths
 from shardcron.registry import Registry
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.snakeyaml import Props, java_props_order
+from shardcron.snakeyaml import Props, _dump_whole, dump_bean, java_props_order
 from shardcron.strategies import java_string_hash
 
 BELL = "ring\x07 twice"
@@ -178,3 +178,23 @@ def test_props_keep_their_order_but_compare_without_it() -> None:
     assert list(Props({"b": "1", "a": "2"})) == ["b", "a"]
     assert Props({"b": "1", "a": "2"}) == Props({"a": "2", "b": "1"})
     assert hash(Props({"b": "1", "a": "2"})) == hash(Props({"a": "2", "b": "1"}))
+
+
+# Any text at all: line breaks at either end, unprintable characters (written as binary),
+# spaces, YAML indicators, what reads as a number or a boolean.
+_any_text = st.text(max_size=12) | st.sampled_from(["", " ", "a\n", "a\n\n", "\n", "~", "1e5"])
+_values = (
+    _any_text
+    | st.integers(-(2**40), 2**40)
+    | st.booleans()
+    | st.lists(_any_text, max_size=3)
+    | st.dictionaries(_any_text, _any_text, max_size=3).map(lambda d: Props(d.items()))
+)
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.dictionaries(st.text(min_size=1, max_size=8), _values, max_size=8))
+def test_a_bean_written_entry_by_entry_is_the_bean_written_whole(doc: dict[str, object]) -> None:
+    """Entries are written one by one and reused; the bytes must be those of one dump."""
+    assert dump_bean(doc) == _dump_whole(doc)
+    assert dump_bean(doc) == _dump_whole(doc)  # again, from the reused entries

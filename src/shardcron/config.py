@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -622,6 +623,7 @@ class InstanceRecord:
     labels: str | None = None
 
 
+@functools.lru_cache(maxsize=64)  # the same for every job of a process
 def instance_yaml(instance_id: str, server_ip: str, labels: str | None = None) -> str:
     """``"jobInstanceId: ...\\nserverIp: ...\\n"`` (with ``labels`` between, if set)."""
     doc = {"jobInstanceId": instance_id, "labels": labels, "serverIp": server_ip}

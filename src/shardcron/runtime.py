@@ -241,9 +241,14 @@ class JobRuntime:
                 "with 'shardcron remove'"
             )
         stored = self.cache.get(self.paths.config)
+        yaml = local.to_yaml().encode()
+        if stored == yaml and not local.overwrite:
+            # The registry holds this very config (to_yaml round-trips exactly): adopting
+            # it changes nothing, and skips the parse, the costliest step of a big start.
+            return []
         if stored is None or local.overwrite:
             ops: list[Op] = []
-            ref, yaml = local.node_value.encode(), local.to_yaml().encode()
+            ref = local.node_value.encode()
             if stored_ref is None:
                 ops.append(Create(self.paths.root, ref))
             elif stored_ref != ref:

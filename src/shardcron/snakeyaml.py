@@ -19,6 +19,7 @@ make SnakeYAML's choices:
 from __future__ import annotations
 
 import base64
+import functools
 import re
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any
@@ -165,7 +166,30 @@ _SnakeDumper.add_implicit_resolver(
 
 
 def dump_bean(doc: Mapping[str, object]) -> str:
-    """``doc`` as SnakeYAML ``dumpAsMap`` writes a bean: keys sorted, nested Props unsorted."""
+    """``doc`` as SnakeYAML ``dumpAsMap`` writes a bean: keys sorted, nested Props unsorted.
+
+    A block mapping is written entry by entry, each the same whatever its neighbours, so
+    scalar entries are dumped once and reused: a worker starting thousands of jobs whose
+    configs differ in their name and cron spent most of its start in this emitter. An
+    entry that leaves its document open (a text ending in line breaks) is written with
+    the whole document, as the end of a document depends on it."""
+    entries = [
+        _scalar_entry(key, value)
+        if isinstance(value, str | int | bool)
+        else _dump_whole({key: value})
+        for key, value in sorted(doc.items())
+    ]
+    if not entries or any(entry.endswith("...\n") for entry in entries):
+        return _dump_whole(doc)
+    return "".join(entries)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True and 1 write differently
+def _scalar_entry(key: str, value: str | int | bool) -> str:
+    return _dump_whole({key: value})
+
+
+def _dump_whole(doc: Mapping[str, object]) -> str:
     ordered = {key: doc[key] for key in sorted(doc)}
     return yaml.dump(
         ordered, Dumper=_SnakeDumper, default_flow_style=False, sort_keys=False, allow_unicode=True
