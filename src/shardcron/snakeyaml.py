@@ -175,7 +175,7 @@ def dump_bean(doc: Mapping[str, object]) -> str:
     the whole document, as the end of a document depends on it."""
     entries = [
         _scalar_entry(key, value)
-        if isinstance(value, str | int | bool)
+        if isinstance(value, str | int)  # bools are ints; the cache tells them apart
         else _dump_whole({key: value})
         for key, value in sorted(doc.items())
     ]
@@ -184,8 +184,8 @@ def dump_bean(doc: Mapping[str, object]) -> str:
     return "".join(entries)
 
 
-@functools.lru_cache(maxsize=4096, typed=True)  # typed: True and 1 write differently
-def _scalar_entry(key: str, value: str | int | bool) -> str:
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True and 1 are written apart
+def _scalar_entry(key: str, value: str | int) -> str:
     return _dump_whole({key: value})
 
 
