@@ -40,6 +40,12 @@ class Host(Protocol):
         """Epoch seconds (virtual in the simulation)."""
         ...
 
+    def released(self) -> float:
+        """When the timer released the callback now running on the coordinator (``now()``
+        outside a timer callback). Lateness measured against it counts a stalled process
+        or a clock jump, not the time the callback queued behind other work of its tick."""
+        ...
+
     def coordinate(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the coordinator thread, after what is queued there."""
         ...

@@ -141,6 +141,7 @@ class Scheduler:
         self._loop = AsyncLoop()
         self._timer = threading.Condition()
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._released: float | None = None  # see released()
         self._seq = itertools.count()
         self._started = False
         self._closed = False
@@ -382,6 +383,9 @@ class Scheduler:
     def now(self) -> float:
         return time.time()
 
+    def released(self) -> float:
+        return self._released if self._released is not None else time.time()
+
     @property
     def chains_items(self) -> bool:
         return True
@@ -446,12 +450,15 @@ class Scheduler:
                 due = []
                 while self._heap and self._heap[0][0] <= now:
                     due.append(heapq.heappop(self._heap)[2])
-                self.coordinate(lambda due=due: _run_all(due))  # type: ignore[misc]
+                self.coordinate(lambda due=due, at=now: self._run_timers(due, at))  # type: ignore[misc]
 
-
-def _run_all(fns: list[Callable[[], None]]) -> None:
-    for fn in fns:
-        _logged(fn)
+    def _run_timers(self, fns: list[Callable[[], None]], released: float) -> None:
+        self._released = released
+        try:
+            for fn in fns:
+                _logged(fn)
+        finally:
+            self._released = None
 
 
 def _logged(fn: Callable[[], None]) -> None:

@@ -88,6 +88,9 @@ class SimHost:
     def now(self) -> float:
         return self.world.now
 
+    def released(self) -> float:
+        return self.world.now  # the virtual clock runs each callback at its moment
+
     @property
     def chains_items(self) -> bool:
         return False  # one item per step: each item gets its own drawn duration
