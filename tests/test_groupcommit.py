@@ -277,3 +277,52 @@ def test_new_jobs_reshard_together_with_the_group_commit_on_zookeeper(
     resharded = {path for paths in resharding for path in paths}
     assert resharded == flags
     assert len(resharding) <= 3, f"{len(resharding)} transactions for 20 reshardings"
+
+
+def test_a_tick_of_thousands_of_items_fits_few_requests_that_zookeeper_accepts(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """Chunks are cut by an upper bound of each op's bytes in ZooKeeper's own encoding, so
+    they can be big (a herd of 10,000 one-item jobs costs 16 requests where it cost 21 to 24) and ZooKeeper,
+    whose default limit is 1 MiB a request, still takes each of them. Long names make
+    the bytes, not the op count, the limit here."""
+    registry = ZooKeeperRegistry(zk_config(zookeeper, unique_namespace("a-long-namespace")))
+    registry.start()
+    sent: list[int] = []
+    transaction = registry.transaction
+
+    def counting(ops: Sequence[Op]) -> list[OpResult]:
+        sent.append(len(ops))
+        return transaction(ops)
+
+    instance = "10.123.234.111@-@" + "7" * 40
+    try:
+        found = {}
+        for n in range(14):
+            paths = JobPaths(f"a-job-with-a-rather-long-descriptive-name-{n:02d}-" + "x" * 50)
+            registry.put(paths.item(0), b"")  # with its parents
+            registry.transaction([Create(paths.item(i), b"") for i in range(1, 100)])
+            found[n] = paths
+        cache = registry.tree_cache("/", lambda _e: None)
+        registry.transaction = counting  # type: ignore[method-assign]
+        host = Coordinator()
+        commits = GroupCommit(registry, host)
+        outcomes = Outcomes()
+        claims = {}
+        for n, paths in found.items():
+            claims[n] = Claiming(cache, paths, list(range(100)), instance)
+            commits.submit(claims[n], outcomes.then(f"claim{n}"))
+        host.run()
+        claimed, sent[:] = len(sent), []
+        for n, paths in found.items():
+            commits.submit(Completing(paths, claims[n].result.versions), outcomes.then(f"{n}"))
+        host.run()
+        completed = len(sent)
+        left = [registry.stat(paths.running(0)) for paths in found.values()]
+    finally:
+        registry.close()
+    assert set(outcomes.errors.values()) == {None}
+    assert all(len(c.result.items) == 100 for c in claims.values())
+    assert left == [None] * 14
+    # 1,400 items x 3 ops: about 0.9 MB of claims by the bound, 0.6 MB of completions.
+    assert (claimed, completed) == (2, 2)

@@ -28,20 +28,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from shardcron.errors import RegistryError, TransactionError
-from shardcron.registry import Create, Op, Registry, SetData
+from shardcron.registry import MAX_TRANSACTION_BYTES, Op, Registry, op_bytes
 
 if TYPE_CHECKING:
     from shardcron.fire import Host
 
 log = logging.getLogger(__name__)
 
-# ZooKeeper refuses requests over jute.maxbuffer (1 MiB by default); stay well below it,
-# for the request and for its answer.
-MAX_CHUNK_BYTES = 256 * 1024
+# Ops per chunk: bounds a chunk's answer too (a claimed item's is about 200 bytes).
 MAX_CHUNK_OPS = 4000
 # How long a completion waits for those of the other fires running in the process.
 COMPLETION_WAIT_SECONDS = 0.05
-_OP_OVERHEAD = 48  # type, flags, lengths; an ACL for creates
 
 
 class Request(Protocol):
@@ -122,8 +119,9 @@ class GroupCommit:
 
     def flush(self) -> None:
         queue, self._queue = self._queue, []
+        prefix = len(self.registry.namespace.encode()) + 1
         while queue:
-            chunk, queue = _chunk(queue)
+            chunk, queue = _chunk(queue, prefix)
             for request, then in chunk:
                 if not request.ops():
                     _call(then, None)
@@ -161,22 +159,17 @@ class GroupCommit:
 
 
 def _chunk(
-    queue: list[tuple[Request, Then]],
+    queue: list[tuple[Request, Then]], prefix: int
 ) -> tuple[list[tuple[Request, Then]], list[tuple[Request, Then]]]:
     """The first requests that fit one transaction (at least one), and the rest."""
     size = count = 0
     for n, (request, _) in enumerate(queue):
         ops = request.ops()
-        size += sum(_op_size(op) for op in ops)
+        size += sum(op_bytes(op, prefix) for op in ops)
         count += len(ops)
-        if n and (size > MAX_CHUNK_BYTES or count > MAX_CHUNK_OPS):
+        if n and (size > MAX_TRANSACTION_BYTES or count > MAX_CHUNK_OPS):
             return queue[:n], queue[n:]
     return queue, []
-
-
-def _op_size(op: Op) -> int:
-    data = op.data if isinstance(op, Create | SetData) else b""
-    return _OP_OVERHEAD + len(op.path) + len(data)
 
 
 def _call(then: Then, error: RegistryError | None) -> None:

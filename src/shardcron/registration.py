@@ -24,8 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from shardcron.errors import RegistryError, ShardcronError, TransactionError
-from shardcron.registry import Op, Registry
-from shardcron.sharding import op_bytes
+from shardcron.registry import MAX_TRANSACTION_BYTES, Op, Registry, op_bytes
 
 if TYPE_CHECKING:
     from shardcron.runtime import JobRuntime
@@ -35,7 +34,6 @@ log = logging.getLogger(__name__)
 # Jobs per group: a group's cache loads and transactions stay far below ZooKeeper's
 # request size limit, and a group's jobs start running as soon as it is registered.
 GROUP_SIZE = 250
-MAX_TRANSACTION_BYTES = 512 * 1024
 # Refused transactions of one group before its jobs register one by one.
 RETRIES = 4
 

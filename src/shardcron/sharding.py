@@ -28,18 +28,19 @@ from collections.abc import Sequence
 
 from shardcron.errors import NodeExistsError, RegistryError, ShardingError, TransactionError
 from shardcron.paths import JobPaths
-from shardcron.registry import Create, Delete, Op, Registry, SetData, TreeCache
+from shardcron.registry import (
+    MAX_TRANSACTION_BYTES,
+    Create,
+    Delete,
+    Op,
+    Registry,
+    SetData,
+    TreeCache,
+    op_bytes,
+)
 from shardcron.strategies import Strategy, order_instances
 
 log = logging.getLogger(__name__)
-
-# ZooKeeper rejects requests over jute.maxbuffer (1 MiB by default, and the same limit
-# holds for the transaction it logs and sends to followers): a quarter of it is headroom.
-MAX_TRANSACTION_BYTES = 768 * 1024
-# Per op of a multi: its header (type, done, err), the version or flags, each string's
-# length prefix, and for a create its ACL list (an ACL with a digest id is the largest).
-_OP_OVERHEAD_BYTES = 9 + 4 + 4 + 4
-_ACL_BYTES = 4 + 4 + (4 + 6) + (4 + 64)
 
 
 def is_necessary(cache: TreeCache, paths: JobPaths) -> bool:
@@ -222,17 +223,6 @@ def _checked(
             f"each of 0..{total - 1} exactly once to the available instances {sorted(instances)}"
         )
     return assignment
-
-
-def op_bytes(op: Op, prefix: int) -> int:
-    """An upper bound of ``op``'s size in a multi request; ``prefix`` is the length the
-    registry adds to every path (ZooKeeper's chroot, ``/{namespace}``)."""
-    size = _OP_OVERHEAD_BYTES + prefix + len(op.path.encode())
-    if isinstance(op, Create | SetData):
-        size += len(op.data)
-    if isinstance(op, Create):
-        size += _ACL_BYTES
-    return size
 
 
 def chunks(ops: list[Op], prefix: int, limit: int = MAX_TRANSACTION_BYTES) -> list[list[Op]]:

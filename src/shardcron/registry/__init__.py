@@ -89,6 +89,25 @@ Op = Create | SetData | Delete | Check
 # A committed op's result: the created path, the new Stat of a SetData, or None.
 OpResult = str | Stat | None
 
+# ZooKeeper rejects requests over jute.maxbuffer (1 MiB by default, and the same limit
+# holds for the transaction it logs and sends to followers): a quarter of it is headroom.
+MAX_TRANSACTION_BYTES = 768 * 1024
+# Per op of a multi: its header (type, done, err), the version or flags, each string's
+# length prefix, and for a create its ACL list (an ACL with a digest id is the largest).
+_OP_OVERHEAD_BYTES = 9 + 4 + 4 + 4
+_ACL_BYTES = 4 + 4 + (4 + 6) + (4 + 64)
+
+
+def op_bytes(op: Op, prefix: int) -> int:
+    """An upper bound of ``op``'s size in a multi request; ``prefix`` is the length the
+    registry adds to every path (ZooKeeper's chroot, ``/{namespace}``)."""
+    size = _OP_OVERHEAD_BYTES + prefix + len(op.path.encode())
+    if isinstance(op, Create | SetData):
+        size += len(op.data)
+    if isinstance(op, Create):
+        size += _ACL_BYTES
+    return size
+
 
 class TreeCache(Protocol):
     """A local, watched copy of a subtree; reads cost no round trip.
