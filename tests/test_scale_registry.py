@@ -20,7 +20,15 @@ from shardcron import sharding
 from shardcron.config import JobConfig
 from shardcron.model import ShardingContext
 from shardcron.paths import JobPaths
-from shardcron.registry import Create, Op, OpResult, SetData, TreeCache
+from shardcron.registry import (
+    MAX_TRANSACTION_BYTES,
+    Create,
+    Op,
+    OpResult,
+    SetData,
+    TreeCache,
+    op_bytes,
+)
 from shardcron.registry.cache import CacheIndex, is_below
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
@@ -176,11 +184,11 @@ def test_a_big_layout_is_written_in_few_transactions_under_the_size_limit() -> N
         assert sharding.reshard(registry, cache, paths, total, instances, avg_allocation)
         wait_until(lambda: not cache.exists(paths.sharding_necessary), timeout=30, what="flag")
         prefix = len("/a-namespace")
-        sizes = [sum(sharding.op_bytes(op, prefix) for op in t) for t in registry.transactions]
-        assert all(size <= sharding.MAX_TRANSACTION_BYTES for size in sizes)
+        sizes = [sum(op_bytes(op, prefix) for op in t) for t in registry.transactions]
+        assert all(size <= MAX_TRANSACTION_BYTES for size in sizes)
         ops = sum(len(t) for t in registry.transactions)
         # Each transaction but the last is nearly full; the flags go with the last one.
-        assert len(sizes) <= 1 + sum(sizes) // (sharding.MAX_TRANSACTION_BYTES - 200)
+        assert len(sizes) <= 1 + sum(sizes) // (MAX_TRANSACTION_BYTES - 200)
         assert ops > 10_000
         last = registry.transactions[-1]
         assert [op.path for op in last[-2:]] == [
