@@ -201,12 +201,15 @@ def test_fires_skipped_before_the_flag_is_written_write_it_once_and_rerun_once()
     assert runs == ["NORMAL_TRIGGER", "MISFIRE"]
 
 
+@pytest.mark.parametrize("stalled", ["coordinator", "timer"])
 def test_a_stalled_worker_logs_its_missed_fires_in_one_line(
-    caplog: pytest.LogCaptureFixture,
+    stalled: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A worker stalled for seconds misses the fires of every job at once; a warning per
     job (thousands a minute on a big worker) would add to the load that stalled it: one
-    line for the process, and every job fires again after the stall."""
+    line for the process, and every job fires again after the stall. A stalled
+    coordinator (an overload) runs each job's first fire late and misses the ones after
+    it; a stalled timer (a long garbage collection, a suspended machine) misses them all."""
     jobs = [f"stalled{n}" for n in range(20)]
     runs: dict[str, list[float]] = {name: [] for name in jobs}
     scheduler = Scheduler(MemoryRegistry(), instance_id=A)
@@ -217,10 +220,11 @@ def test_a_stalled_worker_logs_its_missed_fires_in_one_line(
         wait_until(lambda: all(runs.values()), 10, "a first fire of every job")
         stall_ends = time.time() + 3.5
         caplog.set_level(logging.WARNING, logger="shardcron.firing")
-        # A stall of the timer and, at its next timer, the coordinator: what a long
-        # garbage collection or a suspended machine does to the whole process.
-        with scheduler._timer:
-            time.sleep(3.5)
+        if stalled == "coordinator":
+            scheduler.coordinate(lambda: time.sleep(3.5))
+        else:
+            with scheduler._timer:  # the timer thread waits for its lock
+                time.sleep(3.5)
         wait_until(
             lambda: all(any(t > stall_ends for t in r) for r in runs.values()),
             10,

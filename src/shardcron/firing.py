@@ -29,6 +29,7 @@ from shardcron.paths import INSTANCE_DELIMITER
 
 if TYPE_CHECKING:
     from shardcron.runtime import JobRuntime
+    from shardcron.trigger import CronTrigger
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,8 @@ class Firing:
             return
         token, now = self._timer, self.rt.host.now()
         start = now if after is None else max(after, now - MAX_LATENESS_SECONDS)
+        if after is not None and start > after:
+            self._note_dropped(self.rt.trigger, after, start, now)
         moment = self.rt.trigger.next_fire(datetime.fromtimestamp(start, UTC))
         if moment is None:
             return
@@ -204,6 +207,17 @@ class Firing:
             # be running, and be skipped.
             lead = min(lead, (when - after) / 2)
         self.rt.host.call_later(max(0.0, when - lead - now), due)
+
+    def _note_dropped(self, trigger: CronTrigger, after: float, start: float, now: float) -> None:
+        """The fires after ``after`` up to ``start`` are not run: this job's last fire ran
+        more than a second late (an overload, a stall). They count as missed, the first
+        60 of them (a clock jump of hours would otherwise cost a walk over every second)."""
+        moment = trigger.next_fire(datetime.fromtimestamp(after, UTC))
+        for _ in range(60):
+            if moment is None or moment.timestamp() > start:
+                return
+            self.rt.missed.note(self.rt.name, moment.timestamp(), now - moment.timestamp(), now)
+            moment = trigger.next_fire(moment)
 
     def fire(
         self,
