@@ -14,6 +14,7 @@ from shardcron.errors import ConnectionLostError
 from shardcron.paths import JobPaths, job_of
 from shardcron.registry import Op, OpResult
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
+from shardcron.runtime import needs_value
 from shardcron.scheduler import Scheduler
 from tests.helpers import wait_until
 
@@ -129,3 +130,26 @@ def test_groups_stay_below_the_transaction_size_limit(monkeypatch: pytest.Monkey
     registry = Recording(MemoryServer())
     _run(registry)
     assert len(registry.groups) > 2  # cut by size, every job registered all the same
+
+
+def test_a_job_cache_fetches_the_values_it_reads_and_tracks_flags_for_existence() -> None:
+    """Every notification asks this; a flag's value would cost a read per claim."""
+    paths = JobPaths("instance")  # a job whose name is a leaf name of the layout
+    valued = [
+        paths.root,
+        paths.config,
+        paths.server("10.0.0.1"),
+        paths.election_instance,
+        paths.item_instance(7),
+    ]
+    flags = [
+        paths.running(7),
+        paths.lease(7),
+        paths.misfire(7),
+        paths.item(7),
+        paths.instance("10.0.0.1@-@1"),
+        paths.sharding_necessary,
+        paths.servers,
+    ]
+    assert [p for p in valued if not needs_value(paths, p)] == []
+    assert [p for p in flags if needs_value(paths, p)] == []

@@ -53,6 +53,8 @@ def test_outage_pauses_fires_and_reconnecting_resumes_them(own_zookeeper: ZooKee
         started_while_down = [r for r in recorder.runs if down + 1 < r.start < up]
         assert started_while_down == []
         assert scheduler.registry.session_id == session  # RECONNECTED, not a new session
+        # The admin client has its own session and backoff: it may reconnect after the worker.
+        wait_until(lambda: c.admin.connected, timeout=15, what="the admin client reconnected")
         assert c.admin.stat(PATHS.instance(A)) is not None
 
 

@@ -182,7 +182,14 @@ def test_props_keep_their_order_but_compare_without_it() -> None:
 
 # Any text at all: line breaks at either end, unprintable characters (written as binary),
 # spaces, YAML indicators, what reads as a number or a boolean.
-_any_text = st.text(max_size=12) | st.sampled_from(["", " ", "a\n", "a\n\n", "\n", "~", "1e5"])
+_any_text = (
+    st.text(max_size=12)
+    | st.sampled_from(["", " ", "a\n", "a\n\n", "\n", "~", "1e5"])
+    # Words, as job names are (written without the emitter), and words that read as
+    # something else (written with it).
+    | st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,12}", fullmatch=True)
+    | st.sampled_from(["yes", "No", "null", "On", "TRUE", "y", "inf", "e5", "x-1", "_"])
+)
 _values = (
     _any_text
     | st.integers(-(2**40), 2**40)

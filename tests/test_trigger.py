@@ -860,3 +860,11 @@ def test_dst_zones_follow_the_policy_and_never_repeat(
         got.append(moment)
         moment = trigger.next_fire(moment)
     assert got == brute_in_zone(ref, ZoneInfo(name), after, until)
+
+
+def test_jobs_on_the_same_schedule_share_one_trigger_and_bad_ones_still_fail() -> None:
+    assert CronTrigger.parse("0 * * * * ?") is CronTrigger.parse(" 0 * * * * ? ")
+    assert CronTrigger.parse("0 * * * * ?", "UTC") is not CronTrigger.parse("0 * * * * ?")
+    for _ in range(2):  # a failure is not remembered as a trigger
+        with pytest.raises(ConfigError, match="cron"):
+            CronTrigger.parse("61 * * * * ?")

@@ -19,7 +19,6 @@ A fire reads only the local cache. It costs two round trips when the instance ha
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -82,14 +81,11 @@ def _log_error(job: str, ctx: ShardingContext | None, error: BaseException) -> N
 def needs_value(paths: JobPaths, path: str) -> bool:
     """Whether the cache must fetch ``path``'s value. Flags (``running``, ``misfire``, ...)
     are tracked for existence only, so watching others' claims costs no reads at all."""
-    rel = path[len(paths.root) :]
-    return (
-        rel == ""
-        or rel == "/config"
-        or rel.startswith("/servers/")
-        or path == paths.election_instance
-        or (rel.startswith("/sharding/") and rel.endswith("/instance"))
-    )
+    if path.endswith("/instance"):  # the leader's and the items' owners
+        return True
+    # Called for every node loaded and every notification: one slice, no path built.
+    rel = path[len(paths.job) + 1 :]
+    return rel == "" or rel == "/config" or rel.startswith("/servers/")
 
 
 class JobRuntime:
@@ -391,7 +387,7 @@ class JobRuntime:
                 self.firing.has_misfire(parsed[0])
                 or self.cache.exists(self.paths.misfire(parsed[0]))
             )
-        if leaf in _QUIET_LEAVES and path != self.paths.election_instance:
+        if leaf in _QUIET_LEAVES and (leaf != "instance" or path != self.paths.election_instance):
             return False  # claims, flags, owners: nothing to do
         if kind is EventType.UPDATED and leaf.isdigit():
             return False  # an item node's version bump (a claim)
@@ -718,11 +714,4 @@ class JobRuntime:
 
 
 def _trigger(config: JobConfig) -> CronTrigger | None:
-    return _parsed(config.cron, config.time_zone) if config.cron else None
-
-
-@functools.lru_cache(maxsize=1024)
-def _parsed(cron: str, time_zone: str | None) -> CronTrigger:
-    """Jobs on the same schedule share one trigger (immutable): 1 KiB less per job, and
-    thousands of every-second jobs parse their cron once."""
-    return CronTrigger.parse(cron, time_zone)
+    return CronTrigger.parse(config.cron, config.time_zone) if config.cron else None

@@ -151,6 +151,8 @@ def _represent_str(dumper: yaml.representer.SafeRepresenter, text: str) -> yaml.
     return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 
 
+# A word the emitter writes plain: no indicator, space or line break, not a number.
+_PLAIN_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,100}\Z")
 _SnakeDumper.add_representer(str, _represent_str)
 _SnakeDumper.add_representer(Props, lambda dumper, props: dumper.represent_dict(dict(props)))
 # SnakeYAML has no `value` (`=`) resolver, and reads 1e5-like strings as floats.
@@ -174,14 +176,30 @@ def dump_bean(doc: Mapping[str, object]) -> str:
     entry that leaves its document open (a text ending in line breaks) is written with
     the whole document, as the end of a document depends on it."""
     entries = [
-        _scalar_entry(key, value)
-        if isinstance(value, str | int)  # bools are ints; the cache tells them apart
-        else _dump_whole({key: value})
+        (isinstance(value, str) and _plain_entry(key, value))
+        or (
+            _scalar_entry(key, value)
+            if isinstance(value, str | int)  # bools are ints; the cache tells them apart
+            else _dump_whole({key: value})
+        )
         for key, value in sorted(doc.items())
     ]
     if not entries or any(entry.endswith("...\n") for entry in entries):
         return _dump_whole(doc)
     return "".join(entries)
+
+
+def _plain_entry(key: str, value: str) -> str | None:
+    """``key: value`` as the emitter writes it when both are plain words that read back
+    as strings, without running it: each job's name is such a word, unlike the entries
+    shared by many jobs that the cache below serves."""
+    for word in (key, value):
+        if not _PLAIN_WORD.match(word):
+            return None
+        resolvers = _SnakeDumper.yaml_implicit_resolvers.get(word[0], ())
+        if any(regexp.match(word) for _tag, regexp in resolvers):  # a bool, a null...
+            return None
+    return f"{key}: {value}\n"
 
 
 @functools.lru_cache(maxsize=4096, typed=True)  # typed: True and 1 are written apart
