@@ -156,6 +156,38 @@ def test_a_cache_equals_the_registry_after_a_big_resharding(backend: Backend, to
     assert follower.request_count - before - total < moved / 20
 
 
+def test_a_big_layout_costs_the_coordinator_no_work_per_item() -> None:
+    """Each instance's coordinator also decides every fire: a layout of thousands of
+    item nodes must not queue a reaction per node in front of them."""
+    total = 3000
+    scheduler = Scheduler(MemoryRegistry(namespace=unique_namespace("layout")), instance_id=A)
+    queued: list[object] = []
+    coordinate = scheduler.coordinate
+
+    def counted(fn: Any) -> None:
+        queued.append(fn)
+        coordinate(fn)
+
+    scheduler.coordinate = counted  # type: ignore[method-assign]
+    config = JobConfig(
+        job_name="big", cron=NEVER, sharding_total_count=total, monitor_execution=False
+    )
+    scheduler.add_job(config, noop)
+    scheduler.start()
+    try:
+        scheduler.trigger("big")  # the first fire writes the layout
+        cache = scheduler.runtimes["big"].cache
+        paths = JobPaths("big")
+        wait_until(
+            lambda: all(cache.get(paths.item_instance(i)) == A.encode() for i in range(total)),
+            timeout=30,
+            what="the layout",
+        )
+        assert len(queued) < total / 10  # it was one per item node
+    finally:
+        scheduler.stop(grace=2)
+
+
 def first_owner(assignment: dict[str, list[int]], item: int) -> str:
     return next(owner for owner, items in assignment.items() if item in items)
 

@@ -389,8 +389,10 @@ class JobRuntime:
             )
         if leaf in _QUIET_LEAVES and (leaf != "instance" or path != self.paths.election_instance):
             return False  # claims, flags, owners: nothing to do
-        if kind is EventType.UPDATED and leaf.isdigit():
-            return False  # an item node's version bump (a claim)
+        if leaf.isdigit() and (kind is EventType.UPDATED or path.endswith(f"/sharding/{leaf}")):
+            # An item node's version bump (a claim), or a layout creating or dropping it
+            # (thousands at once, on every instance): nothing in it to react to.
+            return False
         return not (leaf == "lease" and kind is EventType.ADDED)
 
     def guarded(self, fn: Callable[[], object], what: str) -> None:
