@@ -175,18 +175,18 @@ def dump_bean(doc: Mapping[str, object]) -> str:
     configs differ in their name and cron spent most of its start in this emitter. An
     entry that leaves its document open (a text ending in line breaks) is written with
     the whole document, as the end of a document depends on it."""
-    entries = [
-        (isinstance(value, str) and _plain_entry(key, value))
-        or (
-            _scalar_entry(key, value)
-            if isinstance(value, str | int)  # bools are ints; the cache tells them apart
-            else _dump_whole({key: value})
-        )
-        for key, value in sorted(doc.items())
-    ]
+    entries = [_entry(key, value) for key, value in sorted(doc.items())]
     if not entries or any(entry.endswith("...\n") for entry in entries):
         return _dump_whole(doc)
     return "".join(entries)
+
+
+def _entry(key: str, value: object) -> str:
+    if isinstance(value, str) and (plain := _plain_entry(key, value)):
+        return plain
+    if isinstance(value, str | int):  # bools are ints; the cache tells them apart
+        return _scalar_entry(key, value)
+    return _dump_whole({key: value})
 
 
 def _plain_entry(key: str, value: str) -> str | None:
