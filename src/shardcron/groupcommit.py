@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from shardcron.errors import RegistryError, TransactionError
-from shardcron.registry import MAX_TRANSACTION_BYTES, Op, Registry, op_bytes
+from shardcron.registry import Op, Registry, fitting, prefix_bytes
 
 if TYPE_CHECKING:
     from shardcron.fire import Host
@@ -120,9 +120,10 @@ class GroupCommit:
 
     def flush(self) -> None:
         queue, self._queue = self._queue, []
-        prefix = len(self.registry.namespace.encode()) + 1
+        prefix = prefix_bytes(self.registry)
         while queue:
-            chunk, queue = _chunk(queue, prefix)
+            n = fitting((request.ops() for request, _ in queue), prefix, MAX_CHUNK_OPS)
+            chunk, queue = queue[:n], queue[n:]
             for request, then in chunk:
                 if not request.ops():
                     _call(then, None)
@@ -157,20 +158,6 @@ class GroupCommit:
         for _, then in chunk:
             _call(then, failure)
         return []
-
-
-def _chunk(
-    queue: list[tuple[Request, Then]], prefix: int
-) -> tuple[list[tuple[Request, Then]], list[tuple[Request, Then]]]:
-    """The first requests that fit one transaction (at least one), and the rest."""
-    size = count = 0
-    for n, (request, _) in enumerate(queue):
-        ops = request.ops()
-        size += sum(op_bytes(op, prefix) for op in ops)
-        count += len(ops)
-        if n and (size > MAX_TRANSACTION_BYTES or count > MAX_CHUNK_OPS):
-            return queue[:n], queue[n:]
-    return queue, []
 
 
 def _call(then: Then, error: RegistryError | None) -> None:

@@ -8,7 +8,7 @@ thousands of jobs does that for a group of jobs at once:
 1. the caches of the group load together (:meth:`shardcron.registry.Registry.tree_caches`:
    the watches and each level's reads of every job in one request each);
 2. each job plans its registration from its cache, and the plans go out in transactions
-   of up to :data:`MAX_TRANSACTION_BYTES`;
+   of up to :data:`shardcron.registry.MAX_TRANSACTION_BYTES`;
 3. a transaction the registry refuses names the op it refused: that job (another worker
    registered it since its cache loaded) registers alone, the way a single job does,
    and the others are planned again and retried, a few times, then alone too. One whose
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from shardcron.errors import RegistryError, ShardcronError, TransactionError
-from shardcron.registry import MAX_TRANSACTION_BYTES, Op, Registry, op_bytes
+from shardcron.registry import Op, Registry, fitting, prefix_bytes
 
 if TYPE_CHECKING:
     from shardcron.runtime import JobRuntime
@@ -51,10 +51,10 @@ def start_together(registry: Registry, runtimes: Sequence[JobRuntime], failed: F
         return
     for runtime, cache in zip(runtimes, caches, strict=True):
         runtime.load(cache)
-    prefix = len(registry.namespace.encode()) + 1
+    prefix = prefix_bytes(registry)
     pending: Sequence[JobRuntime] = runtimes
     while plans := _plans(pending, failed):
-        count = _fitting(plans, prefix)
+        count = fitting((ops for _, ops, _ in plans), prefix)
         _register(registry, plans[:count], failed)
         pending = [runtime for runtime, _, _ in plans[count:]]
 
@@ -106,16 +106,6 @@ def _owner(plans: Sequence[Plan], index: int) -> JobRuntime:
             return runtime
         index -= len(ops)
     return plans[-1][0]
-
-
-def _fitting(plans: Sequence[Plan], prefix: int) -> int:
-    """How many of ``plans`` (at least one) fit in one transaction."""
-    size = 0
-    for count, (_, ops, _) in enumerate(plans):
-        size += sum(op_bytes(op, prefix) for op in ops)
-        if size > MAX_TRANSACTION_BYTES:
-            return max(count, 1)
-    return len(plans)
 
 
 def _alone(runtimes: Sequence[JobRuntime], failed: Failed, *, loaded: bool) -> None:

@@ -37,6 +37,7 @@ from shardcron.registry import (
     SetData,
     TreeCache,
     op_bytes,
+    prefix_bytes,
 )
 from shardcron.strategies import Strategy, order_instances
 
@@ -155,7 +156,7 @@ class Resharding:
         ]
 
     def fits(self, registry: Registry) -> bool:
-        prefix = len(registry.namespace.encode()) + 1
+        prefix = prefix_bytes(registry)
         return len(chunks(self._ops, prefix, MAX_TRANSACTION_BYTES)) == 1
 
     def ops(self) -> list[Op]:
@@ -240,7 +241,7 @@ def chunks(ops: list[Op], prefix: int, limit: int = MAX_TRANSACTION_BYTES) -> li
 
 
 def _commit_in_chunks(registry: Registry, ops: list[Op], finish: list[Op]) -> None:
-    prefix = len(registry.namespace.encode()) + 1
+    prefix = prefix_bytes(registry)
     room = MAX_TRANSACTION_BYTES - sum(op_bytes(op, prefix) for op in finish)
     cut = chunks(ops, prefix, room)
     cut[-1] += finish  # the flags go with the last owners

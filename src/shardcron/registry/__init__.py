@@ -17,7 +17,7 @@ Semantics every backend keeps (ZooKeeper's):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -107,6 +107,25 @@ def op_bytes(op: Op, prefix: int) -> int:
     if isinstance(op, Create):
         size += _ACL_BYTES
     return size
+
+
+def prefix_bytes(registry: Registry) -> int:
+    """What ``registry`` adds to every path of a request (``/{namespace}``), in bytes."""
+    return len(registry.namespace.encode()) + 1
+
+
+def fitting(groups: Iterable[Sequence[Op]], prefix: int, max_ops: float = float("inf")) -> int:
+    """How many of ``groups`` (at least one), in order, fit one transaction: at most
+    MAX_TRANSACTION_BYTES and ``max_ops`` ops. A group is never cut: its ops are one
+    job's, applied together or not at all."""
+    count = size = ops = 0
+    for group in groups:
+        size += sum(op_bytes(op, prefix) for op in group)
+        ops += len(group)
+        if count and (size > MAX_TRANSACTION_BYTES or ops > max_ops):
+            return count
+        count += 1
+    return count
 
 
 class TreeCache(Protocol):
