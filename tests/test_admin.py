@@ -4,12 +4,13 @@ its effect on the workers, and the statistics of layouts written by other proces
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from shardcron import stopmark
 from shardcron.admin import (
     Admin,
     ItemStatus,
@@ -24,9 +25,10 @@ from shardcron.config import JobConfig, instance_yaml
 from shardcron.errors import ConfigError
 from shardcron.model import ServerStatus
 from shardcron.paths import JobPaths
-from shardcron.registry import Registry
+from shardcron.registry import Op, OpResult, Registry
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
+from shardcron.stopmark import parse_stopped
 from shardcron.testing import ZooKeeperServer, unique_namespace
 from tests.cluster import Cluster, Recorder, Run, cluster
 from tests.conftest import zk_config
@@ -446,6 +448,30 @@ def test_status_of_a_java_layout_whose_owner_crashed_after_another_stopped(
     assert (brief.status, brief.next_fire) == (JobStatus.CRASHED, None)  # C owns item 2
     memory.put(paths.stopped, f"{A},{B},{C}".encode())
     assert Admin(memory).job("javaJob").status is JobStatus.STOPPED
+
+
+def test_a_stop_that_loses_the_race_to_a_fleet_of_stops_is_still_recorded() -> None:
+    """A whole fleet stopping at once rewrites one ``stopped`` list, each write checked
+    against the version it read: a stop can lose that race to every other instance."""
+    rivals = [f"10.0.0.{n}@-@1" for n in range(20)]
+
+    class Racing(MemoryRegistry):
+        def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
+            if rivals:  # another stop lands between this one's read and its write
+                current = self.get(paths.stopped) or b""
+                self.put(paths.stopped, current + b"," + rivals.pop().encode())
+            return super().transaction(ops)
+
+    registry = Racing(namespace="admin")
+    registry.start()
+    paths = java_layout(registry)
+    registry.put(paths.stopped, B.encode())
+    cache = registry.tree_cache(paths.root)
+    wait_until(lambda: cache.exists(paths.stopped), what="the cache")
+    stopmark.mark_stopped(registry, cache, "javaJob", A)
+    assert not rivals
+    # The rivals own no item: only A and B, owners, stay listed.
+    assert parse_stopped(registry.get(paths.stopped)) == {A, B}
 
 
 def test_job_status_follows_java() -> None:

@@ -33,6 +33,8 @@ from shardcron.registry.cache import CacheIndex, is_below
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
 from shardcron.scheduler import Scheduler
+from shardcron.simulation.cluster import Cluster, JobSpec
+from shardcron.simulation.world import EPOCH
 from shardcron.strategies import avg_allocation
 from shardcron.testing import ZooKeeperServer, unique_namespace
 from tests.conftest import Backend, zk_config
@@ -186,6 +188,52 @@ def test_a_big_layout_costs_the_coordinator_no_work_per_item() -> None:
         assert len(queued) < total / 10  # it was one per item node
     finally:
         scheduler.stop(grace=2)
+
+
+def test_a_clean_stop_of_a_big_job_costs_a_few_requests(zookeeper: ZooKeeperServer) -> None:
+    """A stop records itself in the job's ``stopped`` list, kept to the item owners; read
+    from the registry, those owners cost the stop a round trip per item."""
+    total, namespace = 3000, unique_namespace("stop")
+    registry = ZooKeeperRegistry(zk_config(zookeeper, namespace))
+    scheduler = Scheduler(registry, instance_id=A)
+    config = JobConfig(
+        job_name="big", cron=NEVER, sharding_total_count=total, monitor_execution=False
+    )
+    scheduler.add_job(config, noop)
+    scheduler.start()
+    paths = JobPaths("big")
+    try:
+        scheduler.trigger("big")  # the first fire writes the layout
+        cache = scheduler.runtimes["big"].cache
+        wait_until(lambda: cache.get(paths.item_instance(total - 1)) == A.encode(), timeout=30)
+    finally:
+        before = registry.request_count
+        scheduler.stop(grace=5)
+    assert registry.request_count - before < 20  # was over 3,000
+    reader = ZooKeeperRegistry(zk_config(zookeeper, namespace))
+    reader.start()
+    try:
+        assert reader.get(paths.stopped) == A.encode()
+    finally:
+        reader.close()
+
+
+def test_instances_starting_together_share_one_first_layout() -> None:
+    """Four instances start 0.3 s apart across a fire's second. Written at that second,
+    the first layout would leave out the last one and be rewritten at the next fire
+    (for a big job: every item node written twice, each write pushed to every instance,
+    while instances still registering load the whole layout)."""
+    jobs = [JobSpec("big", items=40, period=1, failover=False, misfire=True)]
+    cluster = Cluster(jobs, instances=4, session_timeout=5.0, rng=random.Random(1))
+    for n, member in enumerate(cluster.members):
+        cluster.world.at(EPOCH + 0.3 * (n + 1), lambda m=member: cluster.start(m))  # type: ignore[misc]
+    cluster.world.run_until(EPOCH + 6)
+    paths = JobPaths("big")
+    stats = [cluster.admin.stat(paths.item_instance(i)) for i in range(40)]
+    assert all(stat is not None and stat.version == 0 for stat in stats)  # written once
+    owners = {cluster.peek(paths.item_instance(i)) for i in range(40)}
+    assert owners == {member.name.encode() for member in cluster.members}
+    assert len({run.item for run in cluster.ledger.runs}) == 40  # and the items ran
 
 
 def first_owner(assignment: dict[str, list[int]], item: int) -> str:

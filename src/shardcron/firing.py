@@ -102,6 +102,7 @@ class Firing:
         self._completing: list[Fire] = []  # completions sent likewise
         self._pending: _Pending | None = None
         self._clock_offset = 0.0
+        self._local: tuple[tuple[int, int], list[int]] = ((-1, -1), [])  # key, local items
         self._clock_checked_at = -CLOCK_REFRESH_SECONDS
 
     @property
@@ -275,9 +276,15 @@ class Firing:
         self.fire(pending.source, pending.only, max(pending.when, self.rt.host.now()))
 
     def local_items(self, only: list[int] | None) -> list[int]:
-        total = self.rt.config.sharding_total_count
-        items = sharding.local_items(self.rt.cache, self.rt.paths, self.rt.instance, total)
-        return [i for i in items if only is None or i in only]
+        # Read every fire and heal, a walk over all the job's items: kept while the cache
+        # shows the same contents (its version, read before the walk, says so).
+        cache, total = self.rt.cache, self.rt.config.sharding_total_count
+        key = (cache.version, total)
+        if key != self._local[0]:
+            items = sharding.local_items(cache, self.rt.paths, self.rt.instance, total)
+            self._local = (key, items)
+        items = self._local[1]
+        return list(items) if only is None else [i for i in items if i in only]
 
     def _clock_ok(self) -> bool:
         """The time-diff check: compare with the registry's clock, measured once a minute."""

@@ -149,6 +149,7 @@ class JobRuntime:
         self.reshard_due = False
         self._written: tuple[dict[int, str], float] | None = None  # last layout, when
         self._resharding = False  # a resharding is in the group commit
+        self._first_layout = sharding.FirstLayout()
         self._deregistered = False
         self.suspended = False
 
@@ -365,7 +366,8 @@ class JobRuntime:
                 self.emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
             election.abdicate(self.registry, self.paths)
             sharding.release_processing(self.registry, self.paths)
-            stopmark.mark_stopped(self.registry, self.name, self.instance)  # not "CRASHED"
+            if self._cache is not None:  # not "CRASHED"
+                stopmark.mark_stopped(self.registry, self._cache, self.name, self.instance)
         except RegistryError as exc:
             log.warning("job %s: could not deregister cleanly: %s", self.name, exc)
 
@@ -419,6 +421,8 @@ class JobRuntime:
         elif paths.child_name(paths.servers, path) or (
             paths.child_name(paths.instances, path) and kind is not EventType.UPDATED
         ):
+            if kind is EventType.ADDED and path != paths.instance(self.instance):
+                self._first_layout.joined_at = self.host.now()
             self._on_membership()
         elif path == paths.election_instance:
             # Gone: elect. Shown: a fire that came before the cache showed this instance
@@ -555,9 +559,7 @@ class JobRuntime:
             self._repair_claim(item, live, leader)
         if leader:
             self._repair_job(found)
-        self.firing.rerun_misfires(
-            sharding.local_items(self.cache, self.paths, self.instance, cfg.sharding_total_count)
-        )
+        self.firing.rerun_misfires(self.firing.local_items(None))
         self.firing.failover_pass(phase=0)
         self.firing.run_pending()
         return bool(found)
@@ -667,6 +669,8 @@ class JobRuntime:
         available = membership.available_instances(self.cache, self.paths)
         if not available or self._resharding or sharding.is_processing(self.cache, self.paths):
             return
+        if not sharding.has_sharding(self.cache, self.paths) and self._settling():
+            return
         if self._written is not None:
             layout, at = self._written
             total = self.config.sharding_total_count
@@ -691,6 +695,20 @@ class JobRuntime:
             return
         self._resharding = True
         self.commits.submit(request, lambda error: self._committed(request, error))
+
+    def _settling(self) -> bool:
+        """The first layout waits for instances still joining; a fire waiting for it
+        asks again when that wait is over."""
+        wait = self._first_layout.wait(self.host.now())
+        if wait > 0 and not self._first_layout.retry_armed:
+            self._first_layout.retry_armed = True
+
+            def again() -> None:
+                self._first_layout.retry_armed = False
+                self.guarded(self.firing.run_pending, "first layout")
+
+            self.host.call_later(wait, again)
+        return wait > 0
 
     def _committed(self, request: sharding.Resharding, error: RegistryError | None) -> None:
         self._resharding = False

@@ -8,6 +8,10 @@
    ``sharding/{i}/instance`` nodes and deletes both flags (:class:`Resharding`, sent
    with the group commit, so the jobs of a process due in one tick reshard together).
    The others wait (on cache events) until the flag is gone.
+   A job's *first* layout waits, at most a few seconds, until no instance has joined for
+   a second (:class:`FirstLayout`): instances started together then share one layout.
+   Written while they still register, it would be written again at the next fire, and
+   every instance registering meanwhile would load the whole layout it just got.
 3. A layout too big for one transaction is written in several (:func:`write`) under
    the ephemeral ``processing`` node: if the leader dies meanwhile, ``processing``
    vanishes with its session, the flag stays, and the next leader does the work.
@@ -24,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from shardcron.errors import NodeExistsError, RegistryError, ShardingError, TransactionError
 from shardcron.paths import JobPaths
@@ -42,6 +48,27 @@ from shardcron.registry import (
 from shardcron.strategies import Strategy, order_instances
 
 log = logging.getLogger(__name__)
+
+FIRST_LAYOUT_QUIET_SECONDS = 1.0
+FIRST_LAYOUT_MAX_WAIT_SECONDS = 5.0
+
+
+@dataclass
+class FirstLayout:
+    """When the leader writes a job's first layout: once no instance has joined for
+    ``FIRST_LAYOUT_QUIET_SECONDS``, and at the latest ``FIRST_LAYOUT_MAX_WAIT_SECONDS``
+    after a fire first asked for it. Nothing runs before a first layout anyway."""
+
+    joined_at: float = -math.inf
+    asked_at: float | None = None
+    retry_armed: bool = False
+
+    def wait(self, now: float) -> float:
+        """Seconds the first layout still waits (0: write it now)."""
+        if self.asked_at is None:
+            self.asked_at = now
+        quiet = self.joined_at + FIRST_LAYOUT_QUIET_SECONDS
+        return max(0.0, min(quiet, self.asked_at + FIRST_LAYOUT_MAX_WAIT_SECONDS) - now)
 
 
 def is_necessary(cache: TreeCache, paths: JobPaths) -> bool:
