@@ -421,7 +421,8 @@ class JobRuntime:
         elif paths.child_name(paths.servers, path) or (
             paths.child_name(paths.instances, path) and kind is not EventType.UPDATED
         ):
-            if kind is EventType.ADDED and path != paths.instance(self.instance):
+            joined = kind is EventType.ADDED and paths.child_name(paths.instances, path) is not None
+            if joined and path != paths.instance(self.instance):
                 self._first_layout.joined_at = self.host.now()
             self._on_membership()
         elif path == paths.election_instance:
@@ -661,9 +662,11 @@ class JobRuntime:
             and sharding.has_sharding(self.cache, self.paths)
         ):
             return
-        self.reshard_due = True  # ahead of the cache, which shows the flag a moment later
+        owed, self.reshard_due = self.reshard_due, True  # ahead of the cache's flag
         if not sharding.is_necessary(self.cache, self.paths):
             sharding.set_flag(self.registry, self.paths)
+        if not owed:
+            self.firing.rearm()  # the layout is written ahead of the next fire
 
     def reshard(self) -> None:
         available = membership.available_instances(self.cache, self.paths)
