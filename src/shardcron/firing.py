@@ -47,6 +47,7 @@ CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
 # (10,000 items: 2.5 s, within half the interval since the fire before, as claims).
 RESHARD_LEAD_PER_ITEM_SECONDS = 0.00025
 CLAIM_LEAD_STEP_SECONDS = 0.025
+_NOT_READ: tuple[tuple[int, int], tuple[int, ...]] = ((-1, -1), ())
 
 
 class MissedFires:
@@ -107,8 +108,8 @@ class Firing:
         self._completing: list[Fire] = []  # completions sent likewise
         self._pending: _Pending | None = None
         self._clock_offset = 0.0
-        self._local: tuple[tuple[int, int], list[int]] = ((-1, -1), [])  # key, local items
         self._clock_checked_at = -CLOCK_REFRESH_SECONDS
+        self._local: tuple[tuple[int, int], tuple[int, ...]] = _NOT_READ  # see local_items
 
     @property
     def running_items(self) -> list[int]:
@@ -295,8 +296,8 @@ class Firing:
         cache, total = self.rt.cache, self.rt.config.sharding_total_count
         key = (cache.version, total)
         if key != self._local[0]:
-            items = sharding.local_items(cache, self.rt.paths, self.rt.instance, total)
-            self._local = (key, items)
+            mine = sharding.local_items(cache, self.rt.paths, self.rt.instance, total)
+            self._local = (key, tuple(mine))
         items = self._local[1]
         return list(items) if only is None else [i for i in items if i in only]
 

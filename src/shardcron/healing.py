@@ -52,10 +52,13 @@ def sweep(
     cache: TreeCache, paths: JobPaths, total: int, live: set[str], failover_on: bool
 ) -> Findings:
     found = Findings(processing=sharding.is_processing(cache, paths))
+    owners: set[str | None] = set()
     for name in cache.children(paths.sharding):
         if not name.isdigit():
             continue
         item = int(name)
+        if item < total:
+            owners.add(sharding.owner(cache, paths, item))
         running = cache.exists(paths.running(item))
         if running and not cache.exists(paths.lease(item)):
             found.suspect_claims.append(item)
@@ -68,6 +71,5 @@ def sweep(
     found.dead_queue_entries = [
         i for i in failover.queued(cache, paths) if i >= total or not failover_on
     ]
-    owners = {sharding.owner(cache, paths, i) for i in range(total)}
     found.owners_gone = sorted(o for o in owners if o is not None and o not in live)
     return found

@@ -8,10 +8,12 @@
    ``sharding/{i}/instance`` nodes and deletes both flags (:class:`Resharding`, sent
    with the group commit, so the jobs of a process due in one tick reshard together).
    The others wait (on cache events) until the flag is gone.
-   A job's *first* layout waits, at most a few seconds, until no instance has joined for
-   a second (:class:`FirstLayout`): instances started together then share one layout.
-   Written while they still register, it would be written again at the next fire, and
-   every instance registering meanwhile would load the whole layout it just got.
+   After a join or a leave, the leader prepares that fire earlier, by a lead that grows
+   with the items (:mod:`shardcron.firing`), so the others have the layout by the
+   second. A job's *first* layout waits, at most a few seconds, until no other instance
+   has joined for a second (:class:`FirstLayout`): instances started together then
+   share one layout. Written while they still register, it would be written again at
+   the next fire, and every instance registering meanwhile would load all of it.
 3. A layout too big for one transaction is written in several (:func:`write`) under
    the ephemeral ``processing`` node: if the leader dies meanwhile, ``processing``
    vanishes with its session, the flag stays, and the next leader does the work.
@@ -53,9 +55,9 @@ FIRST_LAYOUT_QUIET_SECONDS = 1.0
 FIRST_LAYOUT_MAX_WAIT_SECONDS = 5.0
 
 
-@dataclass
+@dataclass(slots=True)
 class FirstLayout:
-    """When the leader writes a job's first layout: once no instance has joined for
+    """When the leader writes a job's first layout: once no other instance has joined for
     ``FIRST_LAYOUT_QUIET_SECONDS``, and at the latest ``FIRST_LAYOUT_MAX_WAIT_SECONDS``
     after a fire first asked for it. Nothing runs before a first layout anyway."""
 
@@ -101,6 +103,8 @@ def has_sharding(cache: TreeCache, paths: JobPaths) -> bool:
 
 
 def local_items(cache: TreeCache, paths: JobPaths, instance: str, total: int) -> list[int]:
+    if not cache.exists(paths.sharding):
+        return []  # no layout yet: the walk below would look up every item for nothing
     mine = instance.encode()
     return [i for i in range(total) if cache.get(paths.item_instance(i)) == mine]
 
