@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from shardcron import firing, healing, sharding
+from shardcron import healing, sharding
 from shardcron.config import JobConfig
 from shardcron.model import ShardingContext
 from shardcron.paths import JobPaths
@@ -243,30 +243,6 @@ def test_a_lone_instance_runs_its_first_fire_on_its_second() -> None:
     cluster.world.at(EPOCH + 0.3, lambda: cluster.start(cluster.members[0]))
     cluster.world.run_until(EPOCH + 1.5)
     assert sorted(run.start for run in cluster.ledger.runs) == [EPOCH + 1] * 2
-
-
-def test_after_a_join_the_leader_writes_the_new_layout_ahead_of_the_fire(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A big layout takes seconds to reach every instance: written at the fire's second,
-    the fire would wait for it. The lead grows with the job's items (patched here so that
-    4 items need 0.4 s), within half the interval since the fire before."""
-    monkeypatch.setattr(firing, "RESHARD_LEAD_PER_ITEM_SECONDS", 0.1)
-    jobs = [JobSpec("big", items=4, period=2, failover=False, misfire=True)]
-    cluster = Cluster(jobs, instances=3, session_timeout=5.0, rng=random.Random(1))
-    first, second, joiner = cluster.members
-    cluster.world.at(EPOCH + 0.3, lambda: cluster.start(first))
-    cluster.world.at(EPOCH + 0.4, lambda: cluster.start(second))
-    cluster.world.at(EPOCH + 4.1, lambda: cluster.start(joiner))  # just after a fire
-    paths = JobPaths("big")
-    cluster.world.run_until(EPOCH + 5.7)
-    owners = {cluster.peek(paths.item_instance(i)) for i in range(4)}
-    assert joiner.name.encode() in owners  # written before the fire at EPOCH + 6
-    cluster.world.run_until(EPOCH + 6.5)
-    at_six = [run for run in cluster.ledger.runs if run.start >= EPOCH + 6]
-    assert sorted(run.item for run in at_six) == [0, 1, 2, 3]
-    assert all(run.start == EPOCH + 6 for run in at_six)  # on time, on the new layout
-    assert joiner.name in {run.instance for run in at_six}
 
 
 class _CountingCache:

@@ -42,10 +42,6 @@ FAILOVER_GRACE_SECONDS = 0.1
 MAX_LATENESS_SECONDS = 1.0
 MISSED_LOG_SECONDS = 60.0
 CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
-# A leader owing a new layout (after a join or a leave) prepares the fire this much
-# earlier per item of the job, so that every instance has the layout by the second
-# (10,000 items: 2.5 s, within half the interval since the fire before, as claims).
-RESHARD_LEAD_PER_ITEM_SECONDS = 0.00025
 CLAIM_LEAD_STEP_SECONDS = 0.025
 _NOT_READ: tuple[tuple[int, int], tuple[int, ...]] = ((-1, -1), ())
 
@@ -92,7 +88,6 @@ class Firing:
         self.idle = threading.Event()  # set while no item of this job runs here
         self.idle.set()
         self._timer = 0  # bumped to cancel the armed fire
-        self._after: float | None = None  # the fire before the armed one, if any
         self._reserved: set[int] = set()  # items claimed or being claimed here
         self._fires: list[Fire] = []  # fires in flight (running, or completion pending)
         self._unsure: list[Fire] = []  # claims whose answer was lost
@@ -180,7 +175,6 @@ class Firing:
         """Arm the timer for the first fire after ``after`` (default: now); the one armed
         before is cancelled."""
         self._timer += 1
-        self._after = after
         if self.rt.trigger is None or self.rt.stopped:
             return
         token, now = self._timer, self.rt.host.now()
@@ -209,20 +203,12 @@ class Firing:
         # Rounded up to a step, so jobs of a process with a few items more or less claim in
         # the same tick, with one group commit.
         lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * len(self.local_items(None))
-        if self.rt.reshard_due and sharding.has_sharding(self.rt.cache, self.rt.paths):
-            # Not for a first layout: that one waits for instances starting together.
-            total = self.rt.config.sharding_total_count
-            lead = max(lead, RESHARD_LEAD_PER_ITEM_SECONDS * total)
         lead = math.ceil(lead / CLAIM_LEAD_STEP_SECONDS) * CLAIM_LEAD_STEP_SECONDS
         if after is not None:
             # Not before the previous fire is half an interval old: its items would still
             # be running, and be skipped.
             lead = min(lead, (when - after) / 2)
         self.rt.host.call_later(max(0.0, when - lead - now), due)
-
-    def rearm(self) -> None:
-        """Arm the next fire again, with the lead it needs now (a layout to write)."""
-        self.arm(after=self._after)
 
     def _note_dropped(self, trigger: CronTrigger, after: float, start: float, now: float) -> None:
         """The fires after ``after`` up to ``start`` are not run: this job's last fire ran

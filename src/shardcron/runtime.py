@@ -662,11 +662,9 @@ class JobRuntime:
             and sharding.has_sharding(self.cache, self.paths)
         ):
             return
-        owed, self.reshard_due = self.reshard_due, True  # ahead of the cache's flag
+        self.reshard_due = True  # ahead of the cache, which shows the flag a moment later
         if not sharding.is_necessary(self.cache, self.paths):
             sharding.set_flag(self.registry, self.paths)
-        if not owed:
-            self.firing.rearm()  # the layout is written ahead of the next fire
 
     def reshard(self) -> None:
         available = membership.available_instances(self.cache, self.paths)

@@ -8,12 +8,10 @@
    ``sharding/{i}/instance`` nodes and deletes both flags (:class:`Resharding`, sent
    with the group commit, so the jobs of a process due in one tick reshard together).
    The others wait (on cache events) until the flag is gone.
-   After a join or a leave, the leader prepares that fire earlier, by a lead that grows
-   with the items (:mod:`shardcron.firing`), so the others have the layout by the
-   second. A job's *first* layout waits, at most a few seconds, until no other instance
-   has joined for a second (:class:`FirstLayout`): instances started together then
-   share one layout. Written while they still register, it would be written again at
-   the next fire, and every instance registering meanwhile would load all of it.
+   A job's *first* layout waits, at most a few seconds, until no other instance has
+   joined for a second (:class:`FirstLayout`): instances started together then share
+   one layout. Written while they still register, it would be written again at the
+   next fire, and every instance registering meanwhile would load all of it.
 3. A layout too big for one transaction is written in several (:func:`write`) under
    the ephemeral ``processing`` node: if the leader dies meanwhile, ``processing``
    vanishes with its session, the flag stays, and the next leader does the work.
