@@ -142,7 +142,9 @@ def test_every_item_of_a_crashed_instance_runs_again_in_the_same_fire_window(
             what="every item in the next fire window",
         )
         assert next_window == set(range(9))
-        assert not [r for r in w.runs() if r.source == "MISFIRE"]
+        # From the fire the crash hit on. (A start-up whose first layout waits for the
+        # instances still joining can run that first fire late, into the next one.)
+        assert not [r for r in w.runs() if r.source == "MISFIRE" and r.start >= fire]
         assert overlaps([r for r in w.runs() if r.instance != B]) == []
         w.stop_all()
         assert stale_nodes(admin, 9) == []
