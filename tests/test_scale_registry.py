@@ -245,6 +245,42 @@ def test_a_lone_instance_runs_its_first_fire_on_its_second() -> None:
     assert sorted(run.start for run in cluster.ledger.runs) == [EPOCH + 1] * 2
 
 
+def test_a_big_job_gets_its_first_layout_before_its_first_fire(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """A first layout too big for one transaction goes out once the instances starting
+    with the leader have joined, not at the first fire (a 10,000-item job's first fire
+    waited the seconds the layout takes to write, or missed its second; a rare job showed
+    no layout in the console until it fired)."""
+    namespace, total = unique_namespace("eager"), 10_000
+    big = JobConfig(job_name="big", cron=NEVER, sharding_total_count=total)
+    registries = [ZooKeeperRegistry(zk_config(zookeeper, namespace)) for _ in (A, B)]
+    paths = JobPaths("big")
+    assert not sharding.first_layout_fits(registries[0], paths, total, A)  # too big for one
+    schedulers = [Scheduler(r, instance_id=i) for r, i in zip(registries, (A, B), strict=True)]
+    for scheduler in schedulers:
+        scheduler.add_job(big, noop)
+    for scheduler in schedulers:
+        scheduler.start()
+    cache = schedulers[0].runtimes["big"].cache
+    try:
+        wait_until(
+            lambda: (
+                cache.exists(paths.item_instance(total - 1))
+                and not cache.exists(paths.sharding_necessary)
+            ),
+            30,
+            "the first layout",
+        )
+        owners = {cache.get(paths.item_instance(i)) for i in range(total)}
+        assert owners == {A.encode(), B.encode()}  # over both: it waited for the second
+        stat = schedulers[0].registry.stat(paths.item_instance(total - 1))
+        assert stat is not None and stat.version == 0  # written once
+    finally:
+        for scheduler in schedulers:
+            scheduler.stop(grace=1)
+
+
 class _CountingCache:
     def __init__(self, cache: TreeCache) -> None:
         self.cache, self.reads = cache, 0

@@ -111,6 +111,11 @@ class Firing:
         return sorted(i for fire in self._fires for i in fire.items)
 
     @property
+    def waiting(self) -> bool:
+        """A fire waits for a resharding."""
+        return self._pending is not None
+
+    @property
     def busy(self) -> bool:
         return bool(self._fires)
 
@@ -267,7 +272,11 @@ class Firing:
             leader = election.leader(rt.cache, rt.paths)
             if leader is not None and leader != rt.instance:
                 rt.reshard_due = False  # the new leader reshards
-            elif leader == rt.instance and pending is not None and not rt.stopped:
+            elif (
+                leader == rt.instance
+                and not rt.stopped
+                and (pending is not None or self._first_layout_ahead())
+            ):
                 rt.reshard()  # a fire waits for it: do not leave it to the next one
         if pending is None or rt.stopped or rt.reshard_due:
             return
@@ -275,6 +284,18 @@ class Firing:
             return
         self._pending = None
         self.fire(pending.source, pending.only, max(pending.when, self.rt.host.now()))
+
+    def _first_layout_ahead(self) -> bool:
+        """A first layout too big for one transaction goes out once the instances
+        starting together have joined: written at the first fire, it would hold that fire
+        for the seconds it takes (and the fire of a rare job for hours). A small one goes
+        with the first fire's group commit: written ahead, the small layouts of thousands
+        of jobs competed with their registration."""
+        rt = self.rt
+        total = rt.config.sharding_total_count
+        return not sharding.first_layout_fits(
+            rt.registry, rt.paths, total, rt.instance
+        ) and not sharding.has_sharding(rt.cache, rt.paths)
 
     def local_items(self, only: list[int] | None) -> list[int]:
         # Read every fire and heal, a walk over all the job's items: kept while the cache

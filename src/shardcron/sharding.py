@@ -57,18 +57,32 @@ FIRST_LAYOUT_MAX_WAIT_SECONDS = 5.0
 class FirstLayout:
     """When the leader writes a job's first layout: once no other instance has joined for
     ``FIRST_LAYOUT_QUIET_SECONDS``, and at the latest ``FIRST_LAYOUT_MAX_WAIT_SECONDS``
-    after a fire first asked for it. Nothing runs before a first layout anyway."""
+    after it was first asked for (by a fire, or for a layout too big for one transaction
+    at the leader's election). Nothing runs before a first layout anyway."""
 
     joined_at: float = -math.inf
     asked_at: float | None = None
     retry_armed: bool = False
 
-    def wait(self, now: float) -> float:
-        """Seconds the first layout still waits (0: write it now)."""
+    def wait(self, now: float, fire_waiting: bool) -> float:
+        """Seconds the first layout still waits (0: write it now). Asked for at the
+        election, it waits for the instances starting along with the leader; a fire that
+        waits for it waits only for those that did join (a lone instance: not at all)."""
         if self.asked_at is None:
             self.asked_at = now
-        quiet = self.joined_at + FIRST_LAYOUT_QUIET_SECONDS
+        last = self.joined_at if fire_waiting else max(self.joined_at, self.asked_at)
+        quiet = last + FIRST_LAYOUT_QUIET_SECONDS
         return max(0.0, min(quiet, self.asked_at + FIRST_LAYOUT_MAX_WAIT_SECONDS) - now)
+
+
+def first_layout_fits(registry: Registry, paths: JobPaths, total: int, instance: str) -> bool:
+    """Whether a first layout of ``total`` items fits one transaction (estimated from its
+    last item, the longest path, owned by ``instance``)."""
+    prefix, item = prefix_bytes(registry), total - 1
+    per_item = op_bytes(Create(paths.item(item)), prefix) + op_bytes(
+        Create(paths.item_instance(item), instance.encode()), prefix
+    )
+    return total * per_item <= MAX_TRANSACTION_BYTES
 
 
 def is_necessary(cache: TreeCache, paths: JobPaths) -> bool:
