@@ -289,8 +289,8 @@ class Firing:
         """A first layout too big for one transaction goes out once the instances
         starting together have joined: written at the first fire, it would hold that fire
         for the seconds it takes (and the fire of a rare job for hours). A small one goes
-        with the first fire's group commit: written ahead, the small layouts of thousands
-        of jobs competed with their registration."""
+        with the first fire's group commit, as in ElasticJob: written ahead, the layouts
+        of the herd bench's 10,000 two-item jobs left its steady herd a quarter later."""
         rt = self.rt
         total = rt.config.sharding_total_count
         return not sharding.first_layout_fits(
