@@ -277,7 +277,7 @@ class Firing:
                 and not rt.stopped
                 and (pending is not None or self._first_layout_ahead())
             ):
-                rt.reshard()  # a fire waits for it: do not leave it to the next one
+                rt.reshard()  # a fire waits for it, or a big first layout goes ahead of any
         if pending is None or rt.stopped or rt.reshard_due:
             return
         if sharding.is_necessary(self.rt.cache, self.rt.paths):

@@ -554,7 +554,7 @@ class JobRuntime:
         # (leadership and live instances included) and the config, so an unchanged cache
         # after a sweep that found nothing finds nothing.
         quiet = (self.cache.version, cfg.sharding_total_count, cfg.failover)
-        if not (leader or full) or (not full and quiet == self._quiet):
+        if not full and (not leader or quiet == self._quiet):
             found = healing.Findings()
         else:
             total = cfg.sharding_total_count
