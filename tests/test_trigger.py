@@ -868,3 +868,20 @@ def test_jobs_on_the_same_schedule_share_one_trigger_and_bad_ones_still_fail() -
     for _ in range(2):  # a failure is not remembered as a trigger
         with pytest.raises(ConfigError, match="cron"):
             CronTrigger.parse("61 * * * * ?")
+
+
+def test_jobs_due_together_compute_their_next_fire_once_and_each_instant_its_own() -> None:
+    trigger = CronTrigger.parse("*/5 * * * * ?")
+    at = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+    first = trigger.next_fire(at)
+    assert first == datetime(2026, 3, 1, 12, 0, 5, tzinfo=UTC)
+    assert trigger.next_fire(datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)) is first
+    assert trigger.next_fire(first) == datetime(2026, 3, 1, 12, 0, 10, tzinfo=UTC)
+    assert trigger.next_fire(at) == first
+    # Equal local times of a repeated hour are different instants (fold): none is kept.
+    zoned = CronTrigger.parse("0 30 * * * ?", "Europe/Berlin")
+    berlin = ZoneInfo("Europe/Berlin")
+    early = datetime(2026, 10, 25, 2, 10, tzinfo=berlin)  # first pass, UTC+2
+    late = early.replace(fold=1)  # second pass, UTC+1
+    assert zoned.next_fire(early) == datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    assert zoned.next_fire(late) == datetime(2026, 10, 25, 1, 30, tzinfo=UTC)

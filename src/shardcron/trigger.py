@@ -565,6 +565,11 @@ class CronTrigger:
     time_zone: tzinfo
     _schedule: _Schedule = field(init=False, repr=False, compare=False)
     _fixed_offset: timedelta | None = field(init=False, repr=False, compare=False)
+    # The last answer of next_fire: the jobs sharing this trigger (see parse) ask for the
+    # same instant in the same tick, thousands of times in a busy second.
+    _last: tuple[datetime, datetime | None] | None = field(
+        init=False, repr=False, compare=False, default=None
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.expression, str):
@@ -590,6 +595,16 @@ class CronTrigger:
 
     def next_fire(self, after: datetime) -> datetime | None:
         """The first fire instant strictly after ``after`` (aware), in UTC; None if none."""
+        if after.tzinfo is not UTC:  # equal local times may differ in fold: not kept
+            return self._next_fire(after)
+        last = self._last  # one read: another thread may replace it meanwhile
+        if last is not None and last[0] == after:
+            return last[1]
+        found = self._next_fire(after)
+        object.__setattr__(self, "_last", (after, found))
+        return found
+
+    def _next_fire(self, after: datetime) -> datetime | None:
         if after.utcoffset() is None:
             raise ValueError(f"next_fire needs an aware datetime, got {after!r}")
         moment = after.astimezone(UTC).replace(tzinfo=None)

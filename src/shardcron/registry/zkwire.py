@@ -13,11 +13,18 @@ transactions built without kazoo's per-op checks, and buffered reads.
   one ``recv`` (into one reused buffer, asking the non-blocking socket before building a
   selector) and hands kazoo's packet loop every complete packet already read before
   that loop selects again (a ``select`` cannot see bytes that were already read).
+  Watch events among those packets go straight to ``on_watch``: kazoo's way through
+  its generic reader costs several times the decoding itself.
+* :func:`poll_select` replaces kazoo's ``select`` (an epoll object built, filled, waited
+  on and closed at every wake-up of every session's loop: five system calls) with one
+  ``poll`` call.
 """
 
 from __future__ import annotations
 
+import select
 import ssl
+import struct
 from collections import namedtuple
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,6 +51,9 @@ PERSISTENT_RECURSIVE = 1
 GET_DATA, GET_CHILDREN = 4, 8
 # One recv takes up to this much: about 3,000 watch events of a group commit.
 RECV_BYTES = 256 * 1024
+WATCH_XID = -1
+# A watch event's packet: length, reply header (xid, zxid, err), type, state, path length.
+_WATCH_EVENT = struct.Struct("!iiqiiii")
 
 
 class AddWatch(namedtuple("AddWatch", "path mode")):
@@ -137,6 +147,9 @@ class BufferedReads:
         self._chunk = bytearray(RECV_BYTES)
         self._chunk_view = memoryview(self._chunk)
         self._ahead = False
+        # Takes a watch event's type and full path; False: leave it to kazoo (a one-shot
+        # watch kazoo set waits for it).
+        self.on_watch: Callable[[int, str], bool] | None = None
         connection._read = self.read
         connection._read_socket = self.read_socket
 
@@ -173,13 +186,64 @@ class BufferedReads:
         try:
             while True:
                 response = self._read_socket(read_timeout)
-                if response is not None or not self._packet_buffered():
-                    return response  # None, or kazoo's "the session closed"
+                if response is not None:
+                    return response  # kazoo's "the session closed"
+                self._take_watch_events()
+                if not self._packet_buffered():
+                    return None
         finally:
             self._ahead = False
+
+    def _take_watch_events(self) -> None:
+        """Hand the watch events at the head of the buffer to ``on_watch``, in order, up
+        to the first other packet (kazoo's to read) or the first incomplete one."""
+        on_watch, buffer = self.on_watch, self._buffer
+        if on_watch is None or self._socket is not self._connection._socket:
+            return
+        end, offset, head = len(buffer), 0, _WATCH_EVENT.size
+        while end - offset >= head:
+            length, xid, _zxid, _err, kind, _state, size = _WATCH_EVENT.unpack_from(buffer, offset)
+            if xid != WATCH_XID or size < 0 or end - offset < 4 + length:
+                break
+            path = buffer[offset + head : offset + head + size].decode()
+            if not on_watch(kind, path):
+                break
+            offset += 4 + length
+        if offset:
+            del buffer[:offset]
 
     def _packet_buffered(self) -> bool:
         buffer = self._buffer
         if self._socket is not self._connection._socket or len(buffer) < 4:
             return False
         return len(buffer) >= 4 + int.from_bytes(buffer[:4], "big", signed=True)
+
+
+_READABLE = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP | select.POLLNVAL
+_WRITABLE = select.POLLOUT | select.POLLERR | select.POLLHUP | select.POLLNVAL
+
+
+def poll_select(
+    rlist: Sequence[Any], wlist: Sequence[Any], xlist: Sequence[Any], timeout: float | None = None
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """kazoo's ``handler.select`` in one ``poll`` call: the objects of ``rlist`` and
+    ``wlist`` that are ready. An error or hang-up counts as ready, so that the read or
+    write that follows raises it, as with kazoo's selector. No fd limit, as with it."""
+    poller = select.poll()
+    masks: dict[int, int] = {}
+    objects: dict[int, tuple[list[Any], list[Any]]] = {}
+    for listed, mask, side in ((rlist, select.POLLIN, 0), (wlist, select.POLLOUT, 1)):
+        for obj in listed:
+            fd = obj if isinstance(obj, int) else obj.fileno()
+            masks[fd] = masks.get(fd, 0) | mask
+            objects.setdefault(fd, ([], []))[side].append(obj)
+    for fd, mask in masks.items():
+        poller.register(fd, mask)
+    readable: list[Any] = []
+    writable: list[Any] = []
+    for fd, events in poller.poll(None if timeout is None else max(0.0, timeout) * 1000):
+        if events & _READABLE and masks[fd] & select.POLLIN:
+            readable += objects[fd][0]
+        if events & _WRITABLE and masks[fd] & select.POLLOUT:
+            writable += objects[fd][1]
+    return readable, writable, []

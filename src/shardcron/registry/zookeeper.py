@@ -172,26 +172,35 @@ class ZooKeeperRegistry:
 
         client._call = counted_call
         client.add_listener(self._on_kazoo_state)
-        zkwire.BufferedReads(client._connection)
+        client.handler.select = zkwire.poll_select
+        self._reads = zkwire.BufferedReads(client._connection)
 
     def _hook_watch_events(self) -> None:
         client = self.client
         connection = client._connection
         original = connection._read_watch_event
 
-        def read_watch_event(buffer: bytes, offset: int) -> Any:
-            watch, _ = Watch.deserialize(buffer, offset)
-            full = watch.path
+        def notify(kind: int, full: str) -> None:
             path = client.unchroot(full) or "/"
             for cache in self._caches.covering(path):
-                cache.notify(watch.type, path)
-            # Kazoo's own handling only serves the one-shot watches kazoo set (a lock's)
-            # and decodes the notification again: skipped for the rest, a notification
-            # costs a seventh less (thousands of them in a resharding at scale).
+                cache.notify(kind, path)
+
+        def on_watch(kind: int, full: str) -> bool:
+            """Most events: decoded by BufferedReads, never through kazoo's reader. Kazoo's
+            own handling serves only the one-shot watches kazoo set (a lock's)."""
             if full in client._data_watchers or full in client._child_watchers:
+                return False
+            notify(kind, full)
+            return True
+
+        def read_watch_event(buffer: bytes, offset: int) -> Any:
+            watch, _ = Watch.deserialize(buffer, offset)
+            if not on_watch(watch.type, watch.path):
+                notify(watch.type, watch.path)
                 original(buffer, offset)
 
         connection._read_watch_event = read_watch_event
+        self._reads.on_watch = on_watch
 
     def _on_kazoo_state(self, state: str) -> None:
         # Runs on kazoo's connection thread: read what we need now, act on our thread.

@@ -1,0 +1,90 @@
+"""The select shardcron gives kazoo's connection loop (see shardcron.registry.zkwire)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+from types import SimpleNamespace
+
+from shardcron.registry.zkwire import BufferedReads, poll_select
+
+
+def test_the_connection_loop_wakes_for_data_for_room_to_send_and_for_a_dropped_peer() -> None:
+    ours, theirs = socket.socketpair()
+    wake, waker = socket.socketpair()
+    with ours, theirs, wake, waker:
+        assert poll_select([ours, wake], [], [], 0.01) == ([], [], [])  # nothing: time-out
+        waker.send(b"!")
+        assert poll_select([ours, wake], [], [], 1.0) == ([wake], [], [])
+        assert poll_select([ours], [ours], [], 1.0) == ([], [ours], [])
+        theirs.send(b"packet")
+        assert set(poll_select([ours, wake], [], [], 1.0)[0]) == {ours, wake}
+        ours.recv(64)
+        theirs.close()
+        # A closed connection reads as ready, so kazoo's read raises and it reconnects.
+        assert poll_select([ours], [], [], 1.0)[0] == [ours]
+
+
+def _packet(xid: int, body: bytes) -> bytes:
+    payload = struct.pack("!iqi", xid, 1, 0) + body
+    return struct.pack("!i", len(payload)) + payload
+
+
+def _watch(kind: int, path: str) -> bytes:
+    name = path.encode()
+    return _packet(-1, struct.pack("!iii", kind, 3, len(name)) + name)
+
+
+class _KazooSide:
+    """What BufferedReads needs of kazoo's connection: its socket, select and reader."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._socket = sock
+        self.handler = SimpleNamespace(select=poll_select, timeout_exception=TimeoutError)
+        self.read_by_kazoo: list[int] = []
+
+    def _socket_error_handling(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def _read_socket(self, timeout: float) -> None:
+        length = int.from_bytes(self._read(4, timeout), "big")
+        self.read_by_kazoo.append(struct.unpack_from("!i", self._read(length, timeout))[0])
+
+    def _read(self, length: int, timeout: float) -> bytes:
+        raise AssertionError("replaced by BufferedReads")
+
+
+def test_watch_events_skip_kazoos_reader_in_order_except_those_kazoo_waits_for() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.setblocking(False)
+        kazoo = _KazooSide(ours)
+        reads = BufferedReads(kazoo)
+        seen: list[tuple[int, str]] = []
+
+        def on_watch(kind: int, path: str) -> bool:
+            if path == "/lock":
+                return False  # a one-shot watch of kazoo's: its reader takes it
+            seen.append((kind, path))
+            kazoo.read_by_kazoo.append(len(seen) * 1000)  # order across both readers
+            return True
+
+        reads.on_watch = on_watch
+        theirs.sendall(
+            _watch(1, "/a")
+            + _watch(3, "/b")
+            + _packet(7, b"answer")
+            + _watch(2, "/c")
+            + _watch(1, "/lock")
+            + _watch(4, "/d")
+            + _watch(1, "/e")[:-1]  # its last byte is still on the way
+        )
+        assert poll_select([ours], [], [], 1.0)[0] == [ours]
+        assert reads.read_socket(1.0) is None
+        # Kazoo's loop reads the first packet; the rest are taken in order.
+        assert kazoo.read_by_kazoo == [-1, 1000, 7, 2000, -1, 3000]
+        assert seen == [(3, "/b"), (2, "/c"), (4, "/d")]
+        theirs.sendall(_watch(1, "/e")[-1:])
+        assert reads.read_socket(1.0) is None
+        assert kazoo.read_by_kazoo[-1] == -1  # a new turn starts with kazoo's read
