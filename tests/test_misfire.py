@@ -13,7 +13,7 @@ import pytest
 
 from shardcron.config import JobConfig
 from shardcron.errors import ClockSkewError, TransactionError
-from shardcron.firing import MissedFires
+from shardcron.firing import MissedFires, RepeatedLines
 from shardcron.model import ShardingContext
 from shardcron.paths import JobPaths
 from shardcron.registry import Create, Op, OpResult
@@ -281,3 +281,14 @@ def test_missed_fires_are_counted_across_jobs_until_the_next_line(
             "workers)"
         ),
     ]
+
+
+def test_a_job_skipping_at_every_fire_logs_a_line_a_minute_per_reason() -> None:
+    lines = RepeatedLines()
+    assert lines.also("still running", 100.0) == ""  # the first: said at once
+    assert lines.also("still running", 101.0) is None
+    assert lines.also("misfired", 101.0) == ""  # another kind of line: its own minute
+    assert lines.also("still running", 102.0) is None
+    assert lines.also("still running", 160.5) == " (2 more since the last such line)"
+    assert lines.also("still running", 161.0) is None
+    assert lines.also("misfired", 161.0) == ""
