@@ -40,7 +40,7 @@ FAILOVER_GRACE_SECONDS = 0.1
 # not late. A fire that is late only because the coordinator works through the other
 # fires of its tick (a herd of thousands of jobs due in one second) runs late instead.
 MAX_LATENESS_SECONDS = 1.0
-MISSED_LOG_SECONDS = 60.0
+# At most one line this often for what repeats at every fire (of every job, when overloaded).
 REPEATED_LOG_SECONDS = 60.0
 CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
 CLAIM_LEAD_STEP_SECONDS = 0.025
@@ -56,12 +56,12 @@ class MissedFires:
     def __init__(self) -> None:
         self._fires = 0
         self._jobs: set[str] = set()
-        self._logged_at = -MISSED_LOG_SECONDS
+        self._logged_at = -REPEATED_LOG_SECONDS
 
     def note(self, job: str, when: float, late: float, now: float) -> None:
         self._fires += 1
         self._jobs.add(job)
-        if now - self._logged_at < MISSED_LOG_SECONDS:
+        if now - self._logged_at < REPEATED_LOG_SECONDS:
             return
         also = (
             f" ({self._fires} fires of {len(self._jobs)} job(s) missed since the last line: "
