@@ -40,27 +40,24 @@ def noop(ctx: ShardingContext) -> None:
 
 
 class Counted:
-    """Counts the watch events one session receives."""
+    """Counts the watch events one session receives, and the changes per applied batch."""
 
     def __init__(self, registry: ZooKeeperRegistry) -> None:
         self.events = 0
-        connection = registry.client._connection
-        original = connection._read_watch_event
+        self.fetches: list[int] = []
+        caches = registry._caches
+        notify, apply = caches.notify, caches._apply_batch
 
-        def read(buffer: bytes, offset: int) -> Any:
-            self.events += 1
-            return original(buffer, offset)
+        def counted_notify(events: list[tuple[int, str]]) -> None:
+            self.events += len(events)
+            notify(events)
 
-        connection._read_watch_event = read
-        self.fetches: list[int] = []  # changes per batch (batched registries only)
-        apply = getattr(registry, "_apply_batch", None)
-        if apply is not None:
+        def counted_apply(batch: Any) -> None:
+            self.fetches.append(len(batch.changes))
+            apply(batch)
 
-            def counted(batch: list[Any]) -> None:
-                self.fetches.append(len(batch.changes))
-                apply(batch)
-
-            registry._apply_batch = counted  # type: ignore[method-assign]
+        caches.notify = counted_notify  # type: ignore[method-assign]
+        caches._apply_batch = counted_apply  # type: ignore[method-assign]
 
 
 def instance_id(n: int) -> str:

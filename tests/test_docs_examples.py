@@ -31,10 +31,12 @@ import yaml
 
 from shardcron.admin import Admin
 from shardcron.cli import main as cli_main
-from shardcron.config import _FILE_KEYS, _REGISTRY_KEYS, _WORKER_KEYS, load_config_file
+from shardcron.config import _WORKER_KEYS, load_config_file
+from shardcron.jobconfig import _FILE_KEYS
 from shardcron.metrics import Metrics
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
+from shardcron.registryconfig import _REGISTRY_KEYS
 from shardcron.scheduler import Scheduler
 from shardcron.testing import ZooKeeperServer
 from shardcron.tracing import Tracer, open_tracer

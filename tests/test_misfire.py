@@ -13,7 +13,7 @@ import pytest
 
 from shardcron.config import JobConfig
 from shardcron.errors import ClockSkewError, TransactionError
-from shardcron.firing import MissedFires, RepeatedLines
+from shardcron.misfires import MissedFires, RepeatedLines
 from shardcron.model import ShardingContext
 from shardcron.paths import JobPaths
 from shardcron.registry import Create, Op, OpResult

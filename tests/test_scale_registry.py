@@ -376,11 +376,12 @@ def test_notifications_keep_flowing_while_a_read_waits_for_kazoos_thread(
     registry.start()
     writer.start()
     gate, queued, sending = threading.Event(), threading.Event(), threading.Event()
-    original_queue, original_send = registry._queue_change, registry._send_reads
+    caches = registry._caches
+    original_queue, original_send = caches.queue_changes, caches._send_reads
 
-    def queue_change(tree: Any, path: str, kind: int) -> None:
-        original_queue(tree, path, kind)
-        if path == "/t/b":
+    def queue_changes(changes: list[tuple[Any, str, int]]) -> None:
+        original_queue(changes)
+        if any(path == "/t/b" for _, path, _ in changes):
             queued.set()
 
     def hold() -> None:
@@ -394,12 +395,12 @@ def test_notifications_keep_flowing_while_a_read_waits_for_kazoos_thread(
     try:
         writer.create("/t")
         registry.tree_cache("/t")
-        registry._queue_change = queue_change  # type: ignore[method-assign]
-        registry._events.submit(hold)  # batches queue behind it
+        caches.queue_changes = queue_changes  # type: ignore[method-assign]
+        caches.events.submit(hold)  # batches queue behind it
         writer.create("/t/a", b"1")
-        wait_until(lambda: registry._batch is not None, 10, "the notification of /t/a")
-        registry._send_reads = send_reads  # type: ignore[method-assign]
-        closer = threading.Thread(target=registry._submit, args=(lambda: None,), daemon=True)
+        wait_until(lambda: caches._batch is not None, 10, "the notification of /t/a")
+        caches._send_reads = send_reads  # type: ignore[method-assign]
+        closer = threading.Thread(target=caches.submit, args=(lambda: None,), daemon=True)
         closer.start()
         assert sending.wait(10)
         writer.create("/t/b", b"2")

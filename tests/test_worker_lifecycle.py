@@ -15,11 +15,11 @@ from shardcron import healing, plugins
 from shardcron.admin import Admin, JobStatus
 from shardcron.config import JobConfig
 from shardcron.errors import ConnectionLostError
+from shardcron.healing import Healer
 from shardcron.model import ShardingContext, item_ranges, some
 from shardcron.paths import JobPaths
 from shardcron.registry import Op, OpResult
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
-from shardcron.runtime import JobRuntime
 from shardcron.scheduler import Scheduler
 from shardcron.strategies import avg_allocation, register_strategy
 from tests.helpers import wait_until
@@ -104,16 +104,16 @@ def test_a_registry_error_in_a_jobs_first_heal_does_not_stop_it_firing(
 ) -> None:
     """Seen at scale: a session expiring while a worker started thousands of jobs failed
     their first heal, and those jobs were never armed."""
-    heal = JobRuntime._heal
+    heal = Healer.heal
     failed: list[bool] = []
 
-    def first_fails(runtime: JobRuntime, full: bool = False) -> bool:
+    def first_fails(healer: Healer, full: bool = False) -> bool:
         if not failed:
             failed.append(True)
             raise ConnectionLostError("lost while starting")
-        return heal(runtime, full)
+        return heal(healer, full)
 
-    monkeypatch.setattr(JobRuntime, "_heal", first_fails)
+    monkeypatch.setattr(Healer, "heal", first_fails)
     runs: list[int] = []
     scheduler = Scheduler(MemoryRegistry(server, "life"), instance_id=A)
     scheduler.add_job(TICK, lambda ctx: runs.append(ctx.sharding_item))

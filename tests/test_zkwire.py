@@ -63,14 +63,15 @@ def test_watch_events_skip_kazoos_reader_in_order_except_those_kazoo_waits_for()
         reads = BufferedReads(kazoo)
         seen: list[tuple[int, str]] = []
 
-        def on_watch(kind: int, path: str) -> bool:
-            if path == "/lock":
-                return False  # a one-shot watch of kazoo's: its reader takes it
-            seen.append((kind, path))
-            kazoo.read_by_kazoo.append(len(seen) * 1000)  # order across both readers
-            return True
+        def on_watches(events: list[tuple[int, str]]) -> int:
+            for taken, (kind, path) in enumerate(events):
+                if path == "/lock":
+                    return taken  # a one-shot watch of kazoo's: its reader takes it
+                seen.append((kind, path))
+                kazoo.read_by_kazoo.append(len(seen) * 1000)  # order across both readers
+            return len(events)
 
-        reads.on_watch = on_watch
+        reads.on_watches = on_watches
         theirs.sendall(
             _watch(1, "/a")
             + _watch(3, "/b")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from shardcron._version import __version__
-from shardcron.config import JobConfig, JobType, RegistryConfig
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
+from shardcron.jobconfig import JobConfig
+from shardcron.jobtypes import JobType
 from shardcron.listeners import DistributeOnceListener, JobListener
 from shardcron.model import ExecutionSource, FireContext, ShardingContext
+from shardcron.registryconfig import RegistryConfig
 from shardcron.scheduler import Scheduler
 
 __all__ = [

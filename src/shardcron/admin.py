@@ -11,10 +11,9 @@ Java lifecycle API and console do, so either tool can operate jobs run by either
 * config update: rewrite ``config`` (validated first), never the ``/{job}`` node value;
 * remove: a job's whole subtree, or a server's instance and ``servers/{ip}`` nodes.
 
-Statistics follow the Java definitions (reference §1.14): a job is CRASHED with no
-instance (STOPPED instead when its instances stopped on purpose: :mod:`shardcron.stopmark`), DISABLED when every ``servers/*`` is DISABLED, SHARDING_FLAG when no item has
-an owner or an owner is not a live instance, else OK; an item is DISABLED, RUNNING,
-SHARDING_FLAG (its owner is gone) or PENDING, in that order of precedence.
+What the reads return, and how a job's status is worked out from its znodes, is
+:mod:`shardcron.jobstats` (the statistics); this module owns the operations and the config
+update, and re-exports the view types, so ``from shardcron.admin import JobStatus`` works.
 
 Reads go to the registry (like Java's lifecycle API), a handful of round trips per job;
 ``Admin(registry, cached=True)`` instead keeps a watched copy of the namespace, so a
@@ -25,32 +24,69 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from enum import StrEnum
+from datetime import datetime
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Self
 
-from shardcron.config import JobConfig, apply_settings, parse_instance_yaml
+from shardcron.drift import apply_settings
 from shardcron.dump import dump_job
 from shardcron.errors import (
     BadVersionError,
     ConfigError,
+    JobNotFoundError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    ServerNotFoundError,
     ShardcronError,
     TransactionError,
 )
+from shardcron.jobconfig import JobConfig
+from shardcron.jobstats import (
+    InstanceInfo,
+    ItemInfo,
+    ItemStatus,
+    JobBrief,
+    JobOverview,
+    JobStatus,
+    Reader,
+    ServerBrief,
+    ServerJob,
+    item_status,
+    job_status,
+    next_fire_of,
+    node_text,
+    read_brief,
+    read_instance_record,
+    read_instances,
+    read_items,
+    read_leader,
+    read_server_values,
+)
 from shardcron.model import ServerStatus
-from shardcron.paths import JobPaths, instance_ip
+from shardcron.paths import JobPaths
 from shardcron.registry import Registry, SetData, TreeCache
-from shardcron.stopmark import parse_stopped, stopped_cleanly
-from shardcron.trigger import CronTrigger
 
-log = logging.getLogger(__name__)
+# The view types and errors are re-exported: operators import them from here.
+__all__ = [
+    "Admin",
+    "InstanceInfo",
+    "ItemInfo",
+    "ItemStatus",
+    "JobBrief",
+    "JobNotFoundError",
+    "JobOverview",
+    "JobStatus",
+    "ServerBrief",
+    "ServerJob",
+    "ServerNotFoundError",
+    "Write",
+    "item_status",
+    "job_status",
+]
+
 
 # Workers still finishing a fire may add nodes while a job's tree is being deleted.
 _REMOVE_ATTEMPTS = 10
@@ -64,107 +100,6 @@ _FIXED_SETTINGS = {
 }
 
 
-class JobNotFoundError(ShardcronError, LookupError):
-    """The namespace holds no job (no ``/{job}/config``) of that name."""
-
-
-class ServerNotFoundError(ShardcronError, LookupError):
-    """No job of the namespace (or not the named one) has that server IP."""
-
-
-class JobStatus(StrEnum):
-    OK = "OK"
-    CRASHED = "CRASHED"
-    STOPPED = "STOPPED"  # no instance, and every item owner stopped on purpose
-    DISABLED = "DISABLED"
-    SHARDING_FLAG = "SHARDING_FLAG"
-
-
-class ItemStatus(StrEnum):
-    RUNNING = "RUNNING"
-    DISABLED = "DISABLED"
-    PENDING = "PENDING"
-    SHARDING_FLAG = "SHARDING_FLAG"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobBrief:
-    """One row of the job list (Java's ``JobBriefInfo``, plus the time zone and next fire)."""
-
-    job_name: str
-    description: str
-    cron: str | None
-    time_zone: str | None
-    instance_count: int
-    sharding_total_count: int
-    status: JobStatus
-    next_fire: datetime | None  # UTC; None for a one-off job (no cron)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerJob:
-    """A job as seen from one server (Java's ``getJobsBriefInfo(ip)``)."""
-
-    job_name: str
-    status: JobStatus  # DISABLED or OK: this server's ``servers/{ip}`` value
-    instance_count: int  # instances of the job on this IP
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerBrief:
-    """One server IP across all jobs (Java's ``ServerBriefInfo``)."""
-
-    server_ip: str
-    instances: tuple[str, ...]  # distinct instance ids on this IP, over all jobs
-    job_names: tuple[str, ...]  # jobs with a ``servers/{ip}`` node for it
-    disabled_jobs_num: int
-
-    @property
-    def instances_num(self) -> int:
-        return len(self.instances)
-
-    @property
-    def jobs_num(self) -> int:
-        return len(self.job_names)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class InstanceInfo:
-    """One live instance of a job."""
-
-    instance_id: str
-    server_ip: str
-    labels: str | None
-    server_status: ServerStatus | None  # None when its ``servers/{ip}`` node is missing
-    leader: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ItemInfo:
-    """One sharding item (Java's ``ShardingInfo``, plus the misfire flag and failover runner)."""
-
-    item: int
-    instance_id: str | None  # the owner in ``sharding/{item}/instance``
-    server_ip: str | None
-    status: ItemStatus
-    failover: bool  # another instance runs it as failover now
-    failover_instance: str | None
-    misfire: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobOverview:
-    """Everything about one job, read in one pass (what ``shardcron status JOB`` shows)."""
-
-    brief: JobBrief
-    config: JobConfig
-    leader: str | None
-    instances: tuple[InstanceInfo, ...]
-    items: tuple[ItemInfo, ...]
-    resharding: bool  # ``leader/sharding/necessary`` is set: the next fire reshards
-    failover_queue: tuple[int, ...]  # crashed items waiting to be claimed
-
-
 @dataclass(frozen=True, slots=True)
 class Write:
     """One change an operation made: ``value`` None means the node was deleted."""
@@ -173,20 +108,13 @@ class Write:
     value: str | None
 
 
-class _Reader(Protocol):
-    """What statistics read: satisfied by a Registry and by a TreeCache."""
-
-    def get(self, path: str) -> bytes | None: ...
-    def children(self, path: str) -> list[str]: ...
-
-
 class Admin:
     """Lifecycle operations and statistics over one registry namespace."""
 
     def __init__(self, registry: Registry, *, cached: bool = False) -> None:
         self.registry = registry
         self._cache: TreeCache | None = registry.tree_cache("/") if cached else None
-        self._read: _Reader = self._cache if self._cache is not None else registry
+        self._read: Reader = self._cache if self._cache is not None else registry
 
     def close(self) -> None:
         """Drop the watched copy, if any; the registry stays open (it is the caller's)."""
@@ -213,11 +141,11 @@ class Admin:
         for job in self._read.children("/"):
             text = self._stored(job)
             if text is not None:
-                briefs.append(self._brief(job, self._parse(job, text)))
+                briefs.append(read_brief(self._read, job, self._parse(job, text)))
         return briefs
 
     def job(self, job: str) -> JobBrief:
-        return self._brief(job, self.config(job))
+        return read_brief(self._read, job, self.config(job))
 
     def config(self, job: str) -> JobConfig:
         return self._parse(job, self.config_yaml(job))
@@ -233,13 +161,15 @@ class Admin:
         config = self.config(job)
         paths = JobPaths(job)
         live = self._read.children(paths.instances)
-        servers = self._server_values(paths)
-        leader = self._leader(paths)
-        instances = tuple(self._instances(paths, live, servers, leader))
-        items = tuple(self._items(paths, live, {i.instance_id: i.server_ip for i in instances}))
+        servers = read_server_values(self._read, paths)
+        leader = read_leader(self._read, paths)
+        instances = tuple(read_instances(self._read, paths, live, servers, leader))
+        items = tuple(
+            read_items(self._read, paths, live, {i.instance_id: i.server_ip for i in instances})
+        )
         queue = (int(n) for n in self._read.children(paths.failover_items) if n.isdigit())
         return JobOverview(
-            brief=self._brief(job, config, live, servers, items),
+            brief=read_brief(self._read, job, config, live, servers, items),
             config=config,
             leader=leader,
             instances=instances,
@@ -253,21 +183,27 @@ class Admin:
         self.config_yaml(job)
         paths = JobPaths(job)
         live = self._read.children(paths.instances)
-        return self._instances(paths, live, self._server_values(paths), self._leader(paths))
+        return read_instances(
+            self._read,
+            paths,
+            live,
+            read_server_values(self._read, paths),
+            read_leader(self._read, paths),
+        )
 
     def sharding(self, job: str) -> list[ItemInfo]:
         """Every ``sharding/{item}`` of the job, by item number."""
         self.config_yaml(job)
         paths = JobPaths(job)
-        return self._items(paths, self._read.children(paths.instances), {})
+        return read_items(self._read, paths, self._read.children(paths.instances), {})
 
     def next_fire(self, job: str, after: datetime | None = None) -> datetime | None:
         """The job's next fire after ``after`` (default now), in UTC; None if it has no cron."""
-        return _next_fire(self.config(job), after)
+        return next_fire_of(self.config(job), after)
 
     def leader(self, job: str) -> str | None:
         self.config_yaml(job)
-        return self._leader(JobPaths(job))
+        return read_leader(self._read, JobPaths(job))
 
     def dump(self, job: str, *, mask: bool = True) -> str:
         """The job's subtree as the dump service sends it (see :mod:`shardcron.dump`)."""
@@ -284,11 +220,11 @@ class Admin:
         instances_of: dict[str, set[str]] = {}
         for job in self._read.children("/"):
             paths = JobPaths(job)
-            for ip, value in self._server_values(paths).items():
+            for ip, value in read_server_values(self._read, paths).items():
                 jobs_of.setdefault(ip, []).append(job)
                 disabled[ip] = disabled.get(ip, 0) + (value.upper() == ServerStatus.DISABLED)
             for instance in self._read.children(paths.instances):
-                ip, _ = self._instance_record(paths, instance)
+                ip, _ = read_instance_record(self._read, paths, instance)
                 if ip in jobs_of:  # Java counts instances only of IPs that have a server node
                     instances_of.setdefault(ip, set()).add(instance)
         return [
@@ -312,9 +248,9 @@ class Admin:
             on_ip = [
                 i
                 for i in self._read.children(paths.instances)
-                if self._instance_record(paths, i)[0] == ip
+                if read_instance_record(self._read, paths, i)[0] == ip
             ]
-            disabled = _text(value).upper() == ServerStatus.DISABLED
+            disabled = node_text(value).upper() == ServerStatus.DISABLED
             status = JobStatus.DISABLED if disabled else JobStatus.OK
             result.append(ServerJob(job_name=job, status=status, instance_count=len(on_ip)))
         if not result:
@@ -358,7 +294,10 @@ class Admin:
                 self.registry.children(paths.instances), key=lambda i: i.encode() != leader
             )
             for instance in live:
-                if server is None or self._instance_record(paths, instance, True)[0] == server:
+                if (
+                    server is None
+                    or read_instance_record(self.registry, paths, instance)[0] == server
+                ):
                     self.registry.delete(paths.instance(instance))
                     writes.append(Write(paths.instance(instance), None))
         return writes
@@ -427,7 +366,7 @@ class Admin:
     def _write_config(self, job: str, change: Callable[[JobConfig], JobConfig]) -> JobConfig:
         paths = JobPaths(job)
         stat = self.registry.stat(paths.config)
-        text = _text(self.registry.get(paths.config)) if stat else None
+        text = node_text(self.registry.get(paths.config)) if stat else None
         if stat is None or text is None:
             raise self._not_found(job)
         old = self._parse(job, text)
@@ -459,7 +398,7 @@ class Admin:
         if not job or "/" in job:
             return None
         value = self._read.get(JobPaths(job).config)
-        return None if value is None else _text(value)
+        return None if value is None else node_text(value)
 
     def _parse(self, job: str, text: str) -> JobConfig:
         try:
@@ -474,111 +413,6 @@ class Admin:
         return JobNotFoundError(
             f"job {job!r} not found in namespace {self.registry.namespace!r}{hint}"
         )
-
-    def _brief(
-        self,
-        job: str,
-        config: JobConfig,
-        live: list[str] | None = None,
-        servers: dict[str, str] | None = None,
-        items: Iterable[ItemInfo] | None = None,
-    ) -> JobBrief:
-        paths = JobPaths(job)
-        live = self._read.children(paths.instances) if live is None else live
-        if items is None:
-            owners = {self._owner(paths, n) for n in self._read.children(paths.sharding)}
-        else:
-            owners = {i.instance_id for i in items}
-        servers = self._server_values(paths) if servers is None else servers
-        stopped = parse_stopped(self._read.get(paths.stopped))
-        status = job_status(live, list(servers.values()), {o for o in owners if o}, stopped)
-        # A job that will not fire here has no next fire to show.
-        runs = status in (JobStatus.OK, JobStatus.SHARDING_FLAG)
-        return JobBrief(
-            job_name=job,
-            description=config.description,
-            cron=config.cron,
-            time_zone=config.time_zone,
-            instance_count=len(live),
-            sharding_total_count=config.sharding_total_count,
-            status=status,
-            next_fire=_next_fire(config, None) if runs else None,
-        )
-
-    def _owner(self, paths: JobPaths, name: str) -> str | None:
-        if not name.isdigit():
-            return None
-        return _text(self._read.get(paths.item_instance(int(name)))) or None
-
-    def _server_values(self, paths: JobPaths) -> dict[str, str]:
-        return {
-            ip: _text(self._read.get(paths.server(ip))) for ip in self._read.children(paths.servers)
-        }
-
-    def _instance_record(
-        self, paths: JobPaths, instance: str, direct: bool = False
-    ) -> tuple[str, str | None]:
-        """``(serverIp, labels)`` from the instance YAML; the id's IP part if it has none."""
-        reader: _Reader = self.registry if direct else self._read
-        value = reader.get(paths.instance(instance))
-        try:
-            record = parse_instance_yaml(_text(value))
-        except ConfigError:  # gone meanwhile, or written by a 2.x-era Java instance ("")
-            return instance_ip(instance), None
-        return record.server_ip, record.labels
-
-    def _leader(self, paths: JobPaths) -> str | None:
-        return _text(self._read.get(paths.election_instance)) or None
-
-    def _instances(
-        self, paths: JobPaths, live: list[str], servers: dict[str, str], leader: str | None
-    ) -> list[InstanceInfo]:
-        result = []
-        for instance in live:
-            ip, labels = self._instance_record(paths, instance)
-            result.append(
-                InstanceInfo(
-                    instance_id=instance,
-                    server_ip=ip,
-                    labels=labels,
-                    server_status=_server_status(servers.get(ip)),
-                    leader=instance == leader,
-                )
-            )
-        return result
-
-    def _items(self, paths: JobPaths, live: list[str], ips: dict[str, str]) -> list[ItemInfo]:
-        alive = set(live)
-        result = []
-        for name in sorted(
-            (n for n in self._read.children(paths.sharding) if n.isdigit()), key=int
-        ):
-            item = int(name)
-            leaves = set(self._read.children(paths.item(item)))
-            owner = _text(self._read.get(paths.item_instance(item))) or None
-            if owner is not None and owner in alive and owner not in ips:
-                ips[owner] = self._instance_record(paths, owner)[0]
-            failover_instance = (
-                _text(self._read.get(paths.failover(item))) or None
-                if "failover" in leaves
-                else None
-            )
-            result.append(
-                ItemInfo(
-                    item=item,
-                    instance_id=owner,
-                    server_ip=None if owner is None else ips.get(owner, instance_ip(owner)),
-                    status=item_status(
-                        disabled="disabled" in leaves,
-                        running="running" in leaves,
-                        orphaned=owner not in alive,
-                    ),
-                    failover="failover" in leaves,
-                    failover_instance=failover_instance,
-                    misfire="misfire" in leaves,
-                )
-            )
-        return result
 
     def _targets(self, job: str | None, server: str | None) -> list[str]:
         """The jobs an operation on (job, server) touches; raises for unknown names."""
@@ -623,57 +457,6 @@ class Admin:
                 job=job,
             )
         return item
-
-
-def job_status(
-    instances: list[str],
-    server_values: list[str],
-    owners: set[str],
-    stopped: set[str] | None = None,
-) -> JobStatus:
-    """Java's job status: CRASHED > DISABLED > SHARDING_FLAG > OK.
-
-    As in Java, a job whose ``servers`` node has no child counts as DISABLED (every one of
-    its zero servers is disabled) once it has an instance. Unlike Java, a job without
-    instances whose item owners all stopped on purpose (``stopped``) is STOPPED.
-    """
-    if not instances:
-        return JobStatus.STOPPED if stopped_cleanly(owners, stopped or set()) else JobStatus.CRASHED
-    if all(value == ServerStatus.DISABLED for value in server_values):
-        return JobStatus.DISABLED
-    if not owners or not owners <= set(instances):
-        return JobStatus.SHARDING_FLAG
-    return JobStatus.OK
-
-
-def item_status(*, disabled: bool, running: bool, orphaned: bool) -> ItemStatus:
-    if disabled:
-        return ItemStatus.DISABLED
-    if running:
-        return ItemStatus.RUNNING
-    if orphaned:
-        return ItemStatus.SHARDING_FLAG
-    return ItemStatus.PENDING
-
-
-def _text(value: bytes | None) -> str:
-    return "" if value is None else value.decode("utf-8", errors="replace")
-
-
-def _server_status(value: str | None) -> ServerStatus | None:
-    if value is None:
-        return None
-    return ServerStatus.DISABLED if value.upper() == ServerStatus.DISABLED else ServerStatus.ENABLED
-
-
-def _next_fire(config: JobConfig, after: datetime | None) -> datetime | None:
-    if not config.cron:
-        return None
-    try:
-        trigger = CronTrigger.parse(config.cron, config.time_zone)
-    except ConfigError:
-        return None  # a Java cron we cannot read: the job list still shows the job
-    return trigger.next_fire(after or datetime.now(UTC))
 
 
 def _top_level_blocks(text: str) -> list[tuple[str, str]]:

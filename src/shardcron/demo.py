@@ -11,10 +11,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from shardcron.config import JobConfig
+from shardcron.jobconfig import JobConfig
 from shardcron.model import ShardingContext, local_ip
 from shardcron.paths import instance_id
-from shardcron.registry.memory import MemoryRegistry, MemoryServer
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.registry.memoryserver import MemoryServer
 from shardcron.scheduler import Scheduler
 
 ITEMS = 6

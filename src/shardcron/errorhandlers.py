@@ -46,9 +46,10 @@ from typing import cast
 from urllib.parse import quote
 
 from shardcron import plugins, secrecy
-from shardcron.config import ERROR_HANDLERS, JobConfig
 from shardcron.errors import ConfigError
+from shardcron.jobconfig import JobConfig
 from shardcron.jobs import http_request, positive_prop, url_problem
+from shardcron.jobtypes import ERROR_HANDLERS
 from shardcron.model import ShardingContext, default_instance_id
 from shardcron.runtime import ErrorHandler
 from shardcron.secrecy import redact_url

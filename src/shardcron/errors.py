@@ -66,3 +66,11 @@ class ClockSkewError(ShardcronError):
 
 class JobConflictError(ShardcronError):
     """The registry already holds a different job under the same name, or the id is taken."""
+
+
+class JobNotFoundError(ShardcronError, LookupError):
+    """The namespace holds no job (no ``/{job}/config``) of that name."""
+
+
+class ServerNotFoundError(ShardcronError, LookupError):
+    """No job of the namespace (or not the named one) has that server IP."""

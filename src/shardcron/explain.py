@@ -15,8 +15,11 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from shardcron.config import EXECUTOR_KEY, EXECUTOR_KEY_305, JobConfig, drift
-from shardcron.trigger import CronTrigger, dialect
+from shardcron.cron import dialect
+from shardcron.drift import drift
+from shardcron.jobconfig import JobConfig
+from shardcron.jobtypes import EXECUTOR_KEY, EXECUTOR_KEY_305
+from shardcron.trigger import CronTrigger
 
 FIRES_SHOWN = 3
 _FIELDS = {

@@ -4,7 +4,8 @@
 the coordinator thread only. It arms the next fire from the job's trigger, claims the
 instance's items ahead of the second (one multi-op), hands them to the fire path
 (:mod:`shardcron.fire`) on the second, completes the claim when the last item returns
-(one multi-op), re-runs misfired items once, and claims queued failover items. A fire
+(one multi-op), has skipped items re-run once (:mod:`shardcron.misfires`), and claims
+queued failover items. A fire
 found while resharding is pending waits (one per job, coalesced) for the new layout
 instead of holding a thread. A claim or completion whose answer was lost stays listed
 until :meth:`Firing.resolve` settles it from the registry after the reconnect.
@@ -22,8 +23,9 @@ from typing import TYPE_CHECKING
 
 from shardcron import election, execution, failover, groupcommit, membership, sharding
 from shardcron.errors import ClockSkewError, RegistryError, ShardcronError, TransactionError
-from shardcron.events import FailoverClaimed, ItemsSkipped
+from shardcron.events import FailoverClaimed
 from shardcron.fire import Fire, FirePath
+from shardcron.misfires import Misfires
 from shardcron.model import ExecutionSource, ShardingContext, item_ranges, task_id
 from shardcron.paths import INSTANCE_DELIMITER
 
@@ -40,57 +42,9 @@ FAILOVER_GRACE_SECONDS = 0.1
 # not late. A fire that is late only because the coordinator works through the other
 # fires of its tick (a herd of thousands of jobs due in one second) runs late instead.
 MAX_LATENESS_SECONDS = 1.0
-# At most one line this often for what repeats at every fire (of every job, when overloaded).
-REPEATED_LOG_SECONDS = 60.0
 CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
 CLAIM_LEAD_STEP_SECONDS = 0.025
 _NOT_READ: tuple[tuple[int, int], tuple[int, ...]] = ((-1, -1), ())
-
-
-class MissedFires:
-    """The warnings about fires that came too late to run, for a whole process: one line a
-    minute at most, counting what it missed since the last. A stalled or overloaded
-    process misses the fires of all its jobs at once; a line per job (thousands a minute
-    on a worker of thousands of jobs) would add to the load that made them late."""
-
-    def __init__(self) -> None:
-        self._fires = 0
-        self._jobs: set[str] = set()
-        self._logged_at = -REPEATED_LOG_SECONDS
-
-    def note(self, job: str, when: float, late: float, now: float) -> None:
-        self._fires += 1
-        self._jobs.add(job)
-        if now - self._logged_at < REPEATED_LOG_SECONDS:
-            return
-        also = (
-            f" ({self._fires} fires of {len(self._jobs)} job(s) missed since the last line: "
-            "a stalled or overloaded process; if it recurs, spread the jobs over more workers)"
-            if self._fires > 1
-            else ""
-        )
-        log.warning("job %s: fire of %s missed by %.1fs%s", job, when, late, also)
-        self._fires, self._jobs, self._logged_at = 0, set(), now
-
-
-class RepeatedLines:
-    """The lines a job logs again and again: a job that outlasts its interval skips its
-    items and runs them again at every fire. The first line of each kind is logged at
-    once, then at most one a minute, which tells how many were left out. An overloaded
-    worker of 1,000 jobs spent 7 % of its CPU logging a line per job and fire."""
-
-    def __init__(self) -> None:
-        self._said: dict[str, tuple[float, int]] = {}  # kind: (logged at, left out since)
-
-    def also(self, kind: str, now: float) -> str | None:
-        """None: leave this line out. Otherwise log it, ending with the returned text,
-        which counts the lines left out since the last one (empty if none)."""
-        at, left_out = self._said.get(kind, (-REPEATED_LOG_SECONDS, 0))
-        if now - at < REPEATED_LOG_SECONDS:
-            self._said[kind] = (at, left_out + 1)
-            return None
-        self._said[kind] = (now, 0)
-        return f" ({left_out} more since the last such line)" if left_out else ""
 
 
 @dataclass(slots=True)
@@ -113,20 +67,13 @@ class Firing:
         self._fires: list[Fire] = []  # fires in flight (running, or completion pending)
         self._unsure: list[Fire] = []  # claims whose answer was lost
         self._unfinished: list[Fire] = []  # completions whose answer was lost
-        self._misfired: set[int] = set()  # local record, ahead of the registry flag
-        # Flags written (or being written) by this instance and not taken yet, and flags
-        # being taken: an item skipped tick after tick writes its flag once, and one flag
-        # is deleted once. Each repeat would be refused by the registry, and a refused op
-        # costs its whole group commit another round trip.
-        self._flagged: set[int] = set()
-        self._taking: set[int] = set()
         self._claiming: list[Fire] = []  # claims sent with the tick's group commit
         self._completing: list[Fire] = []  # completions sent likewise
         self._pending: _Pending | None = None
         self._clock_offset = 0.0
         self._clock_checked_at = -CLOCK_REFRESH_SECONDS
         self._local: tuple[tuple[int, int], tuple[int, ...]] = _NOT_READ  # see local_items
-        self._lines = RepeatedLines()
+        self.misfires = Misfires(rt, self)
 
     @property
     def running_items(self) -> list[int]:
@@ -169,12 +116,6 @@ class Firing:
         """Items start only while the session that claimed them lives (as far as we know)."""
         return not self.rt.suspended and fire.session == self.rt.registry.session_id
 
-    def has_misfire(self, item: int) -> bool:
-        return item in self._misfired  # read from the event thread: a hint, healed if stale
-
-    def misfired(self, item: int) -> None:
-        self._misfired.add(item)
-
     def resolve(self) -> None:
         """Settle the requests whose answers were lost, from what the registry holds. A
         fire leaves its list only once settled: a fault meanwhile leaves it for next time."""
@@ -191,7 +132,7 @@ class Firing:
             else:
                 self._drop(fire)
                 if fire.source is not ExecutionSource.FAILOVER:
-                    self.skip(fire.items, "registry connection lost while claiming")
+                    self.misfires.skip(fire.items, "registry connection lost while claiming")
         for fire in self._unfinished[:]:
             self._unfinished.remove(fire)
             self.complete(fire)  # puts it back if the registry fails again
@@ -259,7 +200,7 @@ class Firing:
         if self.rt.stopped:
             return
         if self.rt.suspended:
-            self.skip(self.local_items(only), "registry connection lost")
+            self.misfires.skip(self.local_items(only), "registry connection lost")
             return
         try:
             if not self._clock_ok():
@@ -268,15 +209,15 @@ class Firing:
                 if self._pending is not None and self._pending.when != when:
                     # This newer fire runs the same items: no misfire re-run on top of it.
                     superseded = self.local_items(self._pending.only)
-                    self.skip(superseded, "resharding in progress", misfire=False)
+                    self.misfires.skip(superseded, "resharding in progress", misfire=False)
                 self._pending = _Pending(when, source, only)
                 if self.rt.is_leader():
-                    self.rt.reshard()
+                    self.rt.resharder.reshard()
                 return
             items = self._fire_items(only)
             busy = [i for i in items if i in self._reserved]
             if busy:
-                self.skip(busy, "still running from an earlier fire")
+                self.misfires.skip(busy, "still running from an earlier fire")
             free = [i for i in items if i not in self._reserved]
             if free:
                 self._claim_and_run(free, source, when)
@@ -299,7 +240,7 @@ class Firing:
                 and not rt.stopped
                 and (pending is not None or self._first_layout_ahead())
             ):
-                rt.reshard()  # a fire waits for it, or a big first layout goes ahead of any
+                rt.resharder.reshard()  # a fire waits for it, or a big first layout goes ahead of any
         if pending is None or rt.stopped or rt.reshard_due:
             return
         if sharding.is_necessary(self.rt.cache, self.rt.paths):
@@ -410,7 +351,7 @@ class Firing:
 
     def _claimed(self, fire: Fire, when: float) -> None:
         if fire.claim.contended:
-            self.skip(fire.claim.contended, "still running on another instance")
+            self.misfires.skip(fire.claim.contended, "still running on another instance")
             self._release(fire.claim.contended)
         fire.items = fire.claim.items
         if not fire.items:
@@ -433,44 +374,12 @@ class Firing:
             if self.rt.stopped:
                 self.rt.deregister()
 
-    def skip(self, items: list[int], reason: str, misfire: bool = True) -> None:
-        if not items:
-            return
-        misfire = misfire and self.rt.config.misfire
-        also = self._lines.also(reason, self.rt.host.now())
-        if also is not None:
-            log.info(
-                "job %s: items %s skipped: %s%s", self.rt.name, item_ranges(items), reason, also
-            )
-        self.rt.emit(
-            ItemsSkipped(
-                job_name=self.rt.name,
-                instance=self.rt.instance,
-                items=tuple(items),
-                reason=reason,
-                misfire=misfire,
-            )
-        )
-        if misfire:
-            self._misfired.update(items)
-            unflagged = [i for i in items if i not in self._flagged]
-            if unflagged and self.rt.config.monitor_execution and not self.rt.suspended:
-                request = execution.MarkingMisfires(self.rt.cache, self.rt.paths, unflagged)
-                self._flagged.update(unflagged)
-
-                def then(error: RegistryError | None) -> None:
-                    if error is not None:  # the local record re-runs them all the same
-                        self._flagged.difference_update(unflagged)
-                        log.info("job %s: misfire flags not written (%s)", self.rt.name, error)
-
-                self.rt.commits.submit(request, then)
-
     def _dispatch(self, fire: Fire) -> None:
         if fire not in self._fires:
             return  # handed back by a stop before its second came
         if not self.claim_holds(fire):
             # The claim may have died with the session meanwhile: never start on it.
-            self.skip(fire.items, "registry session lost before the items started")
+            self.misfires.skip(fire.items, "registry session lost before the items started")
             self.complete(fire)
             return
         cfg = self.rt.config
@@ -553,62 +462,8 @@ class Firing:
         if self.rt.stopped:
             return
         if fire.source is not ExecutionSource.FAILOVER:
-            self.rerun_misfires(fire.items)
+            self.misfires.rerun(fire.items)
         self.failover_pass(phase=1)
-
-    # -- misfire --------------------------------------------------------------------------
-
-    def rerun_misfires(self, items: list[int]) -> None:
-        if (
-            not self.rt.config.misfire
-            or self.rt.stopped
-            or self.rt.suspended
-            or self.rt.reshard_due
-        ):
-            return
-        cache, paths = self.rt.cache, self.rt.paths
-        if sharding.is_necessary(cache, paths):
-            return
-        flagged = set(execution.misfired(cache, paths, items)) | (self._misfired & set(items))
-        mine = set(self.local_items(None))
-        ready = sorted(
-            i
-            for i in flagged & mine
-            if i not in self._reserved
-            and i not in self._taking
-            and not cache.exists(paths.running(i))
-        )
-        if not ready:
-            return
-        self._misfired.difference_update(ready)
-        self._flagged.difference_update(ready)
-        # Only the path that deletes the registry flag re-runs the item; a flag that exists
-        # only here (monitorExecution off, or a write that failed) is ours.
-        monitored = self.rt.config.monitor_execution
-        flags = [i for i in ready if monitored and cache.exists(paths.misfire(i))]
-        ours = [i for i in ready if i not in flags]
-        request = execution.TakingMisfires(paths, flags)
-        self._taking.update(flags)
-
-        def then(error: RegistryError | None) -> None:
-            self._taking.difference_update(flags)
-            if error is not None:
-                self._misfired.update(flags)  # outcome unknown: the local record re-runs them
-            taken = ours + ([] if error else request.taken)
-            self.rt.guarded(lambda: self._rerun(taken), "misfire")
-
-        self.rt.commits.submit(request, then)
-
-    def _rerun(self, items: list[int]) -> None:
-        # An item claimed meanwhile runs again already: that run covers the missed fire.
-        items = sorted(i for i in items if i not in self._reserved)
-        if items and not self.rt.stopped:
-            also = self._lines.also("misfired", self.rt.host.now())
-            if also is not None:
-                log.info(
-                    "job %s: running misfired items %s%s", self.rt.name, item_ranges(items), also
-                )
-            self.fire(ExecutionSource.MISFIRE, only=items)
 
     # -- failover -------------------------------------------------------------------------
 

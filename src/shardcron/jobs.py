@@ -40,8 +40,9 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from shardcron import secrecy
-from shardcron.config import JobConfig, JobType, resolve_callable
 from shardcron.errors import ConfigError, ShardcronError
+from shardcron.jobconfig import JobConfig, resolve_callable
+from shardcron.jobtypes import JobType
 from shardcron.model import ShardingContext
 from shardcron.secrecy import is_reference, redact_url
 

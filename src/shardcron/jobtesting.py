@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shardcron.config import JobConfig, JobType
 from shardcron.errors import ConfigError
+from shardcron.jobconfig import JobConfig
 from shardcron.jobs import AsyncLoop, make_runner
+from shardcron.jobtypes import JobType
 from shardcron.model import ExecutionSource, ShardingContext, task_id
 
 Flag = bool | Callable[[], bool]

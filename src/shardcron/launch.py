@@ -13,14 +13,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from shardcron.config import (
-    AppConfig,
-    RegistryConfig,
-    WorkerConfig,
-    load_config_file,
-    parse_registry_url,
-)
+from shardcron.config import AppConfig, WorkerConfig, load_config_file
 from shardcron.errors import ConfigError
+from shardcron.registryconfig import RegistryConfig, parse_registry_url
 from shardcron.scheduler import Scheduler
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ disappears with the session of a crashed or partitioned instance. An instance is
 
 from __future__ import annotations
 
-from shardcron.config import instance_yaml
 from shardcron.errors import JobConflictError, NodeExistsError
+from shardcron.instancerecord import instance_yaml
 from shardcron.model import ServerStatus
 from shardcron.paths import JobPaths, instance_ip
 from shardcron.registry import Create, Op, Registry, SetData, TreeCache

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from shardcron.errors import ConfigError
 
 if TYPE_CHECKING:
-    from shardcron.config import JobConfig
+    from shardcron.jobconfig import JobConfig
 
 
 class Kind(StrEnum):

@@ -8,7 +8,7 @@ pool and the clock stay at the edges (:class:`shardcron.fire.Host`), which is wh
 
 Coordination is level-triggered: whatever a fault left behind is found again by the
 sweep of :mod:`shardcron.healing`, run on election, after every reconnect, on membership
-changes and every ``HEAL_SECONDS``. A request whose answer was lost is never forgotten:
+changes and every ``healing.HEAL_SECONDS``. A request whose answer was lost is never forgotten:
 the claim or completion stays pending and is resolved from what the registry holds once
 the connection is back (:meth:`shardcron.firing.Firing.resolve`).
 
@@ -18,16 +18,14 @@ A fire reads only the local cache. It costs two round trips when the instance ha
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable
 
-from shardcron import election, failover, healing, membership, sharding, stopmark
-from shardcron.config import JobConfig, drift, drift_notice
+from shardcron import election, healing, membership, sharding, stopmark
+from shardcron.drift import drift, drift_notice
 from shardcron.errors import (
     JobConflictError,
-    NodeExistsError,
     RegistryError,
     ShardcronError,
     TransactionError,
@@ -36,19 +34,19 @@ from shardcron.events import (
     Event,
     LeaderChanged,
     Observer,
-    Resharded,
 )
 from shardcron.fire import ErrorHandler, FirePath, Host
-from shardcron.firing import Firing, MissedFires
+from shardcron.firing import Firing
 from shardcron.groupcommit import GroupCommit
+from shardcron.jobconfig import JobConfig
 from shardcron.jobs import ItemRunner
 from shardcron.listeners import JobListener, ordered
+from shardcron.misfires import MissedFires
 from shardcron.model import ExecutionSource, ShardingContext, item_ranges
 from shardcron.paths import JobPaths
 from shardcron.registry import (
     CacheSpec,
     Create,
-    Delete,
     EventType,
     NodeEvent,
     Op,
@@ -57,15 +55,10 @@ from shardcron.registry import (
     SetData,
     TreeCache,
 )
-from shardcron.strategies import resolve_strategy
 from shardcron.trigger import CronTrigger
 
 log = logging.getLogger(__name__)
 
-HEAL_SECONDS = 2.0
-HEAL_SOON_SECONDS = 0.05
-# How long a leader waits for its cache to show the layout it wrote before planning anew.
-LAYOUT_WAIT_SECONDS = 5.0
 
 # Leaves whose changes need no reaction: claims, flags, failover marks, owners, versions.
 _QUIET_LEAVES = frozenset({"running", "misfire", "failover", "failovering", "instance"})
@@ -134,22 +127,20 @@ class JobRuntime:
                 self.emit,
                 lambda fire: self.guarded(lambda: self.firing.complete(fire), "completion"),
                 lambda fire: self.firing.claim_holds(fire),
-                lambda _fire, items: self.firing.skip(items, "registry session lost meanwhile"),
+                lambda _fire, items: self.firing.misfires.skip(
+                    items, "registry session lost meanwhile"
+                ),
             ),
         )
         self.trigger = _trigger(config)
         self.stopped = False
         self._cache: TreeCache | None = None
         self._ready = False  # set once start() registered; earlier events describe the start
-        self._registered_session = 0
+        self.registered_session = 0
         self._operator_stop = False
-        self._heal_timer = 0
-        self._heal_soon_armed = False
-        self._quiet: tuple[int, int, bool] | None = None  # see _heal
+        self.healer = healing.Healer(self)
         self.reshard_due = False
-        self._written: tuple[dict[int, str], float] | None = None  # last layout, when
-        self._resharding = False  # a resharding is in the group commit
-        self._first_layout = sharding.FirstLayout()
+        self.resharder = sharding.Resharder(self)
         self._deregistered = False
         self.suspended = False
 
@@ -191,7 +182,7 @@ class JobRuntime:
 
     def register_alone(self) -> None:
         """After :meth:`load`: the first registration in its own transaction; run."""
-        self._register(first=True, config_ops=self._setup_config())
+        self.register(first=True, config_ops=self._setup_config())
         self.begin()
 
     def cache_spec(self) -> CacheSpec:
@@ -222,9 +213,9 @@ class JobRuntime:
     def _begin(self) -> None:
         # A registry error in this first heal must not leave the job without its timer
         # and heal tick: the tick retries what the heal left undone.
-        self.guarded(lambda: self._heal(full=True), "its start")
+        self.guarded(lambda: self.healer.heal(full=True), "its start")
         self.firing.arm()
-        self._arm_heal()
+        self.healer.arm()
 
     def _setup_config(self) -> list[Op]:
         """Adopt the registry's config, or return the ops that write the local one."""
@@ -272,7 +263,7 @@ class JobRuntime:
         self.trigger = _trigger(effective)
         return []
 
-    def _register(self, first: bool, config_ops: list[Op] | None = None) -> None:
+    def register(self, first: bool, config_ops: list[Op] | None = None) -> None:
         """Server and instance nodes (after ``config_ops``), in one transaction planned
         from the cache; after a new session the server node (persistent, maybe DISABLED
         by an operator) is written only if it is missing. If the cache was behind a
@@ -301,7 +292,7 @@ class JobRuntime:
     def registered(self, session: int, elect: bool) -> None:
         """The registration sent in ``session`` went through (``elect``: it made this
         instance the leader)."""
-        self._registered_session = session
+        self.registered_session = session
         if elect:
             log.info("job %s: %s is the leader", self.name, self.instance)
             self.reshard_due = True
@@ -310,7 +301,7 @@ class JobRuntime:
 
     def _election_ops(self) -> list[Op]:
         """Create ``leader/election/instance`` and ``leader/sharding/necessary`` (what
-        :meth:`_elect` and :meth:`_flag_resharding` write), with the parents missing."""
+        :meth:`elect` and :meth:`flag_resharding` write), with the parents missing."""
         paths, cache = self.paths, self.cache
         flags = (paths.election_instance, paths.sharding_necessary)
         parents = [paths.leader, *(flag.rsplit("/", 1)[0] for flag in flags)]
@@ -386,7 +377,7 @@ class JobRuntime:
         if leaf == "running" and kind is EventType.REMOVED:
             parsed = self.paths.parse_item(path)  # a misfire waiting for this run to end?
             return parsed is not None and (
-                self.firing.has_misfire(parsed[0])
+                self.firing.misfires.has(parsed[0])
                 or self.cache.exists(self.paths.misfire(parsed[0]))
             )
         if leaf in _QUIET_LEAVES and (leaf != "instance" or path != self.paths.election_instance):
@@ -417,19 +408,19 @@ class JobRuntime:
         elif self.stopped:
             return
         elif path == paths.instance(self.instance) and kind is EventType.REMOVED:
-            self._heal()  # an operator's shutdown, or the session's end: the sweep tells
+            self.healer.heal()  # an operator's shutdown, or the session's end: the sweep tells
         elif paths.child_name(paths.servers, path) or (
             paths.child_name(paths.instances, path) and kind is not EventType.UPDATED
         ):
             joined = kind is EventType.ADDED and paths.child_name(paths.instances, path) is not None
             if joined and path != paths.instance(self.instance):
-                self._first_layout.joined_at = self.host.now()
+                self.resharder.first_layout.joined_at = self.host.now()
             self._on_membership()
         elif path == paths.election_instance:
             # Gone: elect. Shown: a fire that came before the cache showed this instance
             # elected may wait for its resharding.
             if kind is EventType.REMOVED:
-                self._heal()
+                self.healer.heal()
             else:
                 self.firing.run_pending()
         elif path == paths.trigger(self.instance) and kind is EventType.ADDED:
@@ -440,12 +431,12 @@ class JobRuntime:
             self.firing.run_pending()
         elif path.endswith("/running/lease") and kind is EventType.REMOVED:
             if self.cache.exists(path.removesuffix("/lease")):
-                self._heal_soon()  # a claim without its lease: its holder's session ended
+                self.healer.soon()  # a claim without its lease: its holder's session ended
             # else a completion removed both (every fire of every job): nothing to look at
         elif path.endswith("/running") and kind is EventType.REMOVED:
             parsed = paths.parse_item(path)
             if parsed:
-                self.firing.rerun_misfires([parsed[0]])
+                self.firing.misfires.rerun([parsed[0]])
 
     def _on_membership(self) -> None:
         enabled = membership.server_enabled(self.cache, self.paths, self.ip)
@@ -455,8 +446,8 @@ class JobRuntime:
             self.emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
             return
         if self.is_leader():
-            self._flag_resharding()
-        self._heal()
+            self.flag_resharding()
+        self.healer.heal()
 
     def _on_config_changed(self, new: JobConfig) -> None:
         old = self.config
@@ -470,8 +461,8 @@ class JobRuntime:
             self.trigger = _trigger(new)
             self.firing.arm()
         if new.sharding_total_count != old.sharding_total_count and self.is_leader():
-            self._flag_resharding(force=True)
-        self._heal()
+            self.flag_resharding(force=True)
+        self.healer.heal()
 
     def _on_trigger(self) -> None:
         self.registry.delete(self.paths.trigger(self.instance))
@@ -492,160 +483,19 @@ class JobRuntime:
             self.suspended = True
         elif state in (SessionState.RECONNECTED, SessionState.CONNECTED):
             self.suspended = False
-            self.guarded(lambda: self._heal(full=True), f"session {state}")
-
-    # -- healing --------------------------------------------------------------------------
-
-    def _arm_heal(self) -> None:
-        self._heal_timer += 1
-        token = self._heal_timer
-
-        def tick() -> None:
-            if token != self._heal_timer or (self.stopped and not self.firing.busy):
-                return
-            try:
-                self.guarded(self._heal, "heal tick")
-            finally:  # whatever failed, the job keeps healing
-                self._arm_heal()
-
-        self.host.call_later(HEAL_SECONDS, tick)
-
-    def _heal_soon(self) -> None:
-        """Heal once the burst of events of one transaction has reached the cache."""
-        if self._heal_soon_armed:
-            return
-        self._heal_soon_armed = True
-
-        def run() -> None:
-            self._heal_soon_armed = False
-            self.guarded(self._heal, "heal")
-
-        self.host.call_later(HEAL_SOON_SECONDS, run)
+            self.guarded(lambda: self.healer.heal(full=True), f"session {state}")
 
     def reconcile(self) -> bool:
         """Run the sweep now; True if it found something to repair (as leader: a follower
         sweeps only after a start or a new session)."""
-        return self._heal()
-
-    def _heal(self, full: bool = False) -> bool:
-        """Repair this instance's own state, then, as leader, the job's. ``full`` also
-        looks for this instance's own stale claims (after a start or a new session)."""
-        if self.suspended or not self.registry.connected:
-            return False
-        self.firing.resolve()
-        if self.stopped:
-            return False
-        if self.registry.session_id != self._registered_session:
-            full = True
-            log.info("job %s: new registry session; registering again", self.name)
-            self._register(first=False)
-        elif self._removed_by_operator():
-            log.warning("job %s: instance removed by an operator; stopping here", self.name)
-            self.begin_stop(operator=True)
-            return True
-        self._elect()
-        live = set(membership.live_instances(self.cache, self.paths)) | {self.instance}
-        cfg = self.config
-        leader = self.is_leader()
-        # The sweep reads every item: on a big job, the most costly part of a heal. A
-        # follower acts only on its own stale claims, after a start or a new session, so
-        # it sweeps only then (50 instances of a 10,000-item job swept every 2 s while a
-        # layout was written, for nothing). What the sweep finds follows from the cache
-        # (leadership and live instances included) and the config, so an unchanged cache
-        # after a sweep that found nothing finds nothing.
-        quiet = (self.cache.version, cfg.sharding_total_count, cfg.failover)
-        if not full and (not leader or quiet == self._quiet):
-            found = healing.Findings()
-        else:
-            total = cfg.sharding_total_count
-            found = healing.sweep(self.cache, self.paths, total, live, cfg.failover)
-            self._quiet = None if found else quiet
-        for item in found.suspect_claims if leader or full else ():
-            self._repair_claim(item, live, leader)
-        if leader:
-            self._repair_job(found)
-        self.firing.rerun_misfires(self.firing.local_items(None))
-        self.firing.failover_pass(phase=0)
-        self.firing.run_pending()
-        return bool(found)
-
-    def _removed_by_operator(self) -> bool:
-        """Our instance node is gone although our session lives: only a delete does that."""
-        path = self.paths.instance(self.instance)
-        return not self.cache.exists(path) and self.registry.get(path) is None
-
-    def _repair_claim(self, item: int, live: set[str], leader: bool) -> None:
-        """A ``running`` without lease: stale if its holder is gone, or is this instance
-        but not running it here (left by an earlier process with the same id)."""
-        paths = self.paths
-        if self.firing.reserved(item) or self.registry.stat(paths.lease(item)) is not None:
-            return
-        value = self.registry.get(paths.running(item))
-        holder = None if value is None else value.decode()
-        if holder is None:
-            return
-        mine = holder == self.instance
-        if not (mine or (leader and holder not in live)):
-            return
-        if self.config.failover:
-            log.warning("job %s: item %d lost its holder %s; failing over", self.name, item, holder)
-            self._ensure(paths.failover_items)
-            ops = failover.queue_ops(self.cache, paths, item)
-        else:
-            log.warning("job %s: item %d lost its holder %s; misfired", self.name, item, holder)
-            self.firing.misfired(item)
-            ops = failover.stale_ops(self.cache, paths, item)
-            if self.config.misfire and not self.cache.exists(paths.misfire(item)):
-                ops.append(Create(paths.misfire(item)))
-        self._try(ops, f"repair of item {item}")
-
-    def _repair_job(self, found: healing.Findings) -> None:
-        paths = self.paths
-        for item in found.failover_leftovers:
-            if self.registry.stat(paths.running(item)) is None:
-                ops: list[Op] = [Delete(p) for p in (paths.failover(item), paths.failovering(item))]
-                for op in ops:
-                    self._try([op], f"clean-up of {op.path}")
-        for item in found.dead_queue_entries:
-            self._try([Delete(paths.failover_item(item))], f"queue entry {item}")
-        for item in found.items_beyond_count:
-            self.registry.delete(paths.item(item), recursive=True)
-        if found.owners_gone and (self.reshard_due or sharding.is_necessary(self.cache, paths)):
-            found.owners_gone = []  # flagged already: the next fire reshards
-        if found.owners_gone:
-            # Confirm with the registry: a cache a few events behind must not reshard.
-            live = set(self.registry.children(paths.instances))
-            found.owners_gone = [o for o in found.owners_gone if o not in live]
-        if found.owners_gone:
-            log.warning(
-                "job %s: items of gone instances %s; resharding", self.name, found.owners_gone
-            )
-            self._flag_resharding(force=True)
-        if found.processing and self.registry.stat(paths.sharding_processing) is not None:
-            # Only the leader reshards, and it does so within one step of this thread: a
-            # `processing` node seen here was left by a fault (ours or a former leader's).
-            log.warning("job %s: clearing a resharding left half-done", self.name)
-            self.registry.delete(paths.sharding_processing)
-
-    def _try(self, ops: list[Op], what: str) -> bool:
-        try:
-            self.registry.transaction(ops)
-        except TransactionError as exc:
-            log.info("job %s: %s raced a concurrent change (%s)", self.name, what, exc)
-            return False
-        return True
-
-    def _ensure(self, path: str) -> None:
-        if not self.cache.exists(path):
-            with contextlib.suppress(NodeExistsError):
-                self.registry.create(path)
+        return self.healer.heal()
 
     # -- leadership and resharding ------------------------------------------------------
 
     def is_leader(self) -> bool:
         return election.leader(self.cache, self.paths) == self.instance
 
-    def _elect(self) -> None:
+    def elect(self) -> None:
         if self.stopped or self.suspended:
             return
         if not membership.server_enabled(self.cache, self.paths, self.ip):
@@ -655,9 +505,9 @@ class JobRuntime:
         if election.try_elect(self.registry, self.paths, self.instance):
             log.info("job %s: %s is the leader", self.name, self.instance)
             self.emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=True))
-            self._flag_resharding(force=True)
+            self.flag_resharding(force=True)
 
-    def _flag_resharding(self, force: bool = False) -> None:
+    def flag_resharding(self, force: bool = False) -> None:
         if not self.cache.exists(self.paths.config):
             return  # the job is being removed: do not re-create its nodes
         if (
@@ -669,73 +519,6 @@ class JobRuntime:
         self.reshard_due = True  # ahead of the cache, which shows the flag a moment later
         if not sharding.is_necessary(self.cache, self.paths):
             sharding.set_flag(self.registry, self.paths)
-
-    def reshard(self) -> None:
-        available = membership.available_instances(self.cache, self.paths)
-        if not available or self._resharding or sharding.is_processing(self.cache, self.paths):
-            return
-        if not sharding.has_sharding(self.cache, self.paths) and self._settling():
-            return
-        if self._written is not None:
-            layout, at = self._written
-            total = self.config.sharding_total_count
-            shown = all(
-                sharding.owner(self.cache, self.paths, i) == owner
-                for i, owner in layout.items()
-                if i < total  # items beyond a lowered count are deleted, not shown
-            )
-            if not shown and self.host.now() - at < LAYOUT_WAIT_SECONDS:
-                return  # plan only from a cache that shows our last layout
-            self._written = None
-        strategy = resolve_strategy(self.config.job_sharding_strategy_type)
-        total = self.config.sharding_total_count
-        if not sharding.is_necessary(self.cache, self.paths):
-            sharding.set_flag(self.registry, self.paths)  # the commit deletes it: it must exist
-        assignment = sharding.assign(self.paths, total, available, strategy)
-        request = sharding.Resharding(self.cache, self.paths, total, assignment)
-        if not request.fits(self.registry):
-            written = sharding.write(self.registry, self.cache, self.paths, total, assignment)
-            if written is not None:
-                self._resharded(written)
-            return
-        self._resharding = True
-        self.commits.submit(request, lambda error: self._committed(request, error))
-
-    def _settling(self) -> bool:
-        """The first layout waits for instances still joining; a fire waiting for it
-        asks again when that wait is over."""
-        wait = self._first_layout.wait(self.host.now(), self.firing.waiting)
-        if wait > 0 and not self._first_layout.retry_armed:
-            self._first_layout.retry_armed = True
-
-            def again() -> None:
-                self._first_layout.retry_armed = False
-                self.guarded(self.firing.run_pending, "first layout")
-
-            self.host.call_later(wait, again)
-        return wait > 0
-
-    def _committed(self, request: sharding.Resharding, error: RegistryError | None) -> None:
-        self._resharding = False
-        if error is None:
-            items = sum(len(items) for items in request.assignment.values())
-            log.info(
-                "job %s: resharded %d items over %s", self.name, items, sorted(request.assignment)
-            )
-            self._resharded(request.assignment)
-            self.firing.run_pending()  # unless the flag's removal, still on its way, does
-        elif isinstance(error, TransactionError):
-            # A cache behind a concurrent change, or another session sharding: the flag
-            # stays, so the next fire plans again.
-            log.info("job %s: resharding raced a concurrent change (%s)", self.name, error)
-        else:
-            log.warning("job %s: resharding failed (%s); the next fire retries", self.name, error)
-
-    def _resharded(self, assignment: dict[str, list[int]]) -> None:
-        self.reshard_due = False
-        layout = {i: owner for owner, items in assignment.items() for i in items}
-        self._written = (layout, self.host.now())
-        self.emit(Resharded(job_name=self.name, instance=self.instance, assignment=assignment))
 
 
 def _trigger(config: JobConfig) -> CronTrigger | None:

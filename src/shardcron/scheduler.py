@@ -31,21 +31,22 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from shardcron import plugins
-from shardcron.config import JobConfig, RegistryConfig, parse_registry_url
 from shardcron.dump import DumpServer
 from shardcron.errorhandlers import make_error_handler
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
 from shardcron.events import Observer
-from shardcron.firing import MissedFires
 from shardcron.groupcommit import GroupCommit
+from shardcron.jobconfig import JobConfig
 from shardcron.jobs import AsyncLoop, make_runner
 from shardcron.listeners import JobListener, load_listeners
 from shardcron.metrics import Metrics
+from shardcron.misfires import MissedFires
 from shardcron.model import ExecutionSource, default_instance_id, local_ip, some
 from shardcron.paths import instance_ip
 from shardcron.registration import GROUP_SIZE, start_together
 from shardcron.registry import Registry, SessionState
 from shardcron.registry.cache import EventThread
+from shardcron.registryconfig import RegistryConfig, parse_registry_url
 from shardcron.runtime import ErrorHandler, JobRuntime
 from shardcron.strategies import Strategy
 from shardcron.tracing import open_tracer

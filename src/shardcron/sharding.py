@@ -31,8 +31,11 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from shardcron import membership
 from shardcron.errors import NodeExistsError, RegistryError, ShardingError, TransactionError
+from shardcron.events import Resharded
 from shardcron.paths import JobPaths
 from shardcron.registry import (
     MAX_TRANSACTION_BYTES,
@@ -45,12 +48,17 @@ from shardcron.registry import (
     op_bytes,
     prefix_bytes,
 )
-from shardcron.strategies import Strategy, order_instances
+from shardcron.strategies import Strategy, order_instances, resolve_strategy
+
+if TYPE_CHECKING:
+    from shardcron.runtime import JobRuntime
 
 log = logging.getLogger(__name__)
 
 FIRST_LAYOUT_QUIET_SECONDS = 1.0
 FIRST_LAYOUT_MAX_WAIT_SECONDS = 5.0
+# How long a leader waits for its cache to show the layout it wrote before planning anew.
+LAYOUT_WAIT_SECONDS = 5.0
 
 
 @dataclass(slots=True)
@@ -290,3 +298,90 @@ def _commit_in_chunks(registry: Registry, ops: list[Op], finish: list[Op]) -> No
     cut[-1] += finish  # the flags go with the last owners
     for chunk in cut:
         registry.transaction(chunk)
+
+
+class Resharder:
+    """The leader's side of the protocol for one job on one instance (coordinator thread):
+    plans a layout from its cache, writes it with the group commit (or in several
+    transactions, :func:`write`) and waits for its cache to show it before planning anew."""
+
+    def __init__(self, rt: JobRuntime) -> None:
+        self.rt = rt
+        self._written: tuple[dict[int, str], float] | None = None  # last layout, when
+        self._resharding = False  # a resharding is in the group commit
+        self.first_layout = FirstLayout()
+
+    def reshard(self) -> None:
+        rt = self.rt
+        cache, paths = rt.cache, rt.paths
+        available = membership.available_instances(cache, paths)
+        if not available or self._resharding or is_processing(cache, paths):
+            return
+        if not has_sharding(cache, paths) and self._settling():
+            return
+        total = rt.config.sharding_total_count
+        if self._written is not None:
+            layout, at = self._written
+            shown = all(
+                owner(cache, paths, i) == holder
+                for i, holder in layout.items()
+                if i < total  # items beyond a lowered count are deleted, not shown
+            )
+            if not shown and rt.host.now() - at < LAYOUT_WAIT_SECONDS:
+                return  # plan only from a cache that shows our last layout
+            self._written = None
+        strategy = resolve_strategy(rt.config.job_sharding_strategy_type)
+        if not is_necessary(cache, paths):
+            set_flag(rt.registry, paths)  # the commit deletes it: it must exist
+        assignment = assign(paths, total, available, strategy)
+        request = Resharding(cache, paths, total, assignment)
+        if not request.fits(rt.registry):
+            written = write(rt.registry, cache, paths, total, assignment)
+            if written is not None:
+                self._resharded(written)
+            return
+        self._resharding = True
+        rt.commits.submit(request, lambda error: self._committed(request, error))
+
+    def _settling(self) -> bool:
+        """The first layout waits for instances still joining; a fire waiting for it
+        asks again when that wait is over."""
+        wait = self.first_layout.wait(self.rt.host.now(), self.rt.firing.waiting)
+        if wait > 0 and not self.first_layout.retry_armed:
+            self.first_layout.retry_armed = True
+
+            def again() -> None:
+                self.first_layout.retry_armed = False
+                self.rt.guarded(self.rt.firing.run_pending, "first layout")
+
+            self.rt.host.call_later(wait, again)
+        return wait > 0
+
+    def _committed(self, request: Resharding, error: RegistryError | None) -> None:
+        self._resharding = False
+        if error is None:
+            items = sum(len(items) for items in request.assignment.values())
+            log.info(
+                "job %s: resharded %d items over %s",
+                self.rt.name,
+                items,
+                sorted(request.assignment),
+            )
+            self._resharded(request.assignment)
+            self.rt.firing.run_pending()  # unless the flag's removal, still on its way, does
+        elif isinstance(error, TransactionError):
+            # A cache behind a concurrent change, or another session sharding: the flag
+            # stays, so the next fire plans again.
+            log.info("job %s: resharding raced a concurrent change (%s)", self.rt.name, error)
+        else:
+            log.warning(
+                "job %s: resharding failed (%s); the next fire retries", self.rt.name, error
+            )
+
+    def _resharded(self, assignment: dict[str, list[int]]) -> None:
+        self.rt.reshard_due = False
+        layout = {i: owner for owner, items in assignment.items() for i in items}
+        self._written = (layout, self.rt.host.now())
+        self.rt.emit(
+            Resharded(job_name=self.rt.name, instance=self.rt.instance, assignment=assignment)
+        )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shardcron.console.formats import when
-from shardcron.tracing.sql import RunPoint
+from shardcron.tracing.history import RunPoint
 
 WIDTH = 1000
 HEIGHT = 120

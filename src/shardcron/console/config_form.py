@@ -14,16 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shardcron.config import (
+from shardcron.errors import ConfigError
+from shardcron.jobconfig import JobConfig
+from shardcron.jobtypes import (
     DEFAULT_ERROR_HANDLER,
     DEFAULT_EXECUTOR_SERVICE_HANDLER,
     DEFAULT_SHARDING_STRATEGY,
     ERROR_HANDLERS,
     EXECUTOR_SERVICE_HANDLERS,
     SHARDING_STRATEGIES,
-    JobConfig,
 )
-from shardcron.errors import ConfigError
 from shardcron.secrecy import redact_props
 
 PROPS = "props"

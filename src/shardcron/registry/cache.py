@@ -124,10 +124,30 @@ class LocalTree:
     # -- writes (event thread only) -----------------------------------------------------
 
     def upsert(self, path: str, data: bytes) -> None:
-        if not is_below(path, self.root):
+        if is_below(path, self.root):
+            self.put(path, b"" if self.skip_data(path) else data)
+
+    def put(self, path: str, data: bytes) -> None:
+        """:meth:`upsert` of a path known to be below the root, ``data`` as kept (empty
+        where ``skip_data``). The common cases, a new node under a known parent and a
+        changed value, take one lookup each: a big layout makes a million of them."""
+        old = self._data.get(path)
+        if old is not None:
+            if old != data:
+                with self._lock:
+                    self._data[path] = data
+                    self.version += 1
+                self._emit_one(NodeEvent(EventType.UPDATED, path, data))
             return
-        if self.skip_data(path):
-            data = b""
+        parent = parent_of(path)
+        if parent not in self._data and path != self.root:
+            self._add_with_ancestors(path, data)
+            return
+        with self._lock:
+            self._add(path, data)
+        self._emit_one(NodeEvent(EventType.ADDED, path, data))
+
+    def _add_with_ancestors(self, path: str, data: bytes) -> None:
         events = []
         with self._lock:
             missing = []
@@ -139,14 +159,9 @@ class LocalTree:
                 if is_below(ancestor, self.root):
                     self._add(ancestor, b"")
                     events.append(NodeEvent(EventType.ADDED, ancestor, b""))
-            old = self._data.get(path)
-            if old is None:
+            if path not in self._data:
                 self._add(path, data)
                 events.append(NodeEvent(EventType.ADDED, path, data))
-            elif old != data:
-                self._data[path] = data
-                self.version += 1
-                events.append(NodeEvent(EventType.UPDATED, path, data))
         self._emit(events)
 
     def remove(self, path: str) -> None:
@@ -198,13 +213,16 @@ class LocalTree:
             self._children.setdefault(parent_of(path), set()).add(name)
 
     def _emit(self, events: list[NodeEvent]) -> None:
+        for event in events:
+            self._emit_one(event)
+
+    def _emit_one(self, event: NodeEvent) -> None:
         if self._listener is None or self.closed:
             return
-        for event in events:
-            try:
-                self._listener(event)
-            except Exception:
-                log.exception("tree cache listener failed on %s", event)
+        try:
+            self._listener(event)
+        except Exception:
+            log.exception("tree cache listener failed on %s", event)
 
 
 class CacheIndex(Generic[C]):

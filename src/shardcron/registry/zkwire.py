@@ -1,5 +1,6 @@
 """What shardcron adds to kazoo's side of the ZooKeeper wire: two requests kazoo 2.11 lacks,
-transactions built without kazoo's per-op checks, and buffered reads.
+transactions built without kazoo's per-op checks, buffered reads, and kazoo's errors in
+shardcron's terms.
 
 * :class:`AddWatch` (opcode 106) arms a persistent recursive watch; :class:`MultiRead`
   (opcode 22, ZooKeeper 3.6+) sends many reads in one request.
@@ -13,8 +14,11 @@ transactions built without kazoo's per-op checks, and buffered reads.
   one ``recv`` (into one reused buffer, asking the non-blocking socket before building a
   selector) and hands kazoo's packet loop every complete packet already read before
   that loop selects again (a ``select`` cannot see bytes that were already read).
-  Watch events among those packets go straight to ``on_watch``: kazoo's way through
-  its generic reader costs several times the decoding itself.
+  Watch events among those packets go straight to ``on_watches``, all those of one
+  read in one call: kazoo's way through its generic reader, one event at a time, costs
+  several times the decoding itself.
+* :func:`translate` and :func:`kazoo_errors`: every kazoo exception becomes a
+  :mod:`shardcron.errors` error here and nowhere else.
 * :func:`poll_select` replaces kazoo's ``select`` (an epoll object built, filled, waited
   on and closed at every wake-up of every session's loop: five system calls) with one
   ``poll`` call.
@@ -26,10 +30,13 @@ import select
 import ssl
 import struct
 from collections import namedtuple
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+from kazoo import exceptions as kx
 from kazoo.exceptions import ConnectionDropped
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
     CheckVersion,
     int_struct,
@@ -43,8 +50,18 @@ from kazoo.protocol.serialization import Create as KazooCreate
 from kazoo.protocol.serialization import Delete as KazooDelete
 from kazoo.protocol.serialization import SetData as KazooSetData
 from kazoo.protocol.serialization import Transaction as KazooTransaction
+from kazoo.retry import RetryFailedError
 from kazoo.security import OPEN_ACL_UNSAFE
 
+from shardcron.errors import (
+    BadVersionError,
+    ConnectionLostError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RegistryError,
+    SessionExpiredError,
+)
 from shardcron.registry import Check, Create, Delete, Op, SetData
 
 PERSISTENT_RECURSIVE = 1
@@ -52,8 +69,40 @@ GET_DATA, GET_CHILDREN = 4, 8
 # One recv takes up to this much: about 3,000 watch events of a group commit.
 RECV_BYTES = 256 * 1024
 WATCH_XID = -1
+NO_NODE = kx.NoNodeError.code
 # A watch event's packet: length, reply header (xid, zxid, err), type, state, path length.
 _WATCH_EVENT = struct.Struct("!iiqiiii")
+
+
+_ERRORS: list[tuple[type[Exception], type[RegistryError]]] = [
+    (kx.NoNodeError, NoNodeError),
+    (kx.NodeExistsError, NodeExistsError),
+    (kx.NotEmptyError, NotEmptyError),
+    (kx.BadVersionError, BadVersionError),
+    (kx.SessionExpiredError, SessionExpiredError),
+    (kx.ConnectionClosedError, ConnectionLostError),
+    (kx.ConnectionLoss, ConnectionLostError),
+    (kx.OperationTimeoutError, ConnectionLostError),
+    (RetryFailedError, ConnectionLostError),
+    (KazooTimeoutError, ConnectionLostError),
+]
+
+
+def translate(exc: Exception, what: str) -> RegistryError:
+    """Kazoo's ``exc`` as shardcron's error, with ``what`` failed."""
+    for kazoo_type, ours in _ERRORS:
+        if isinstance(exc, kazoo_type):
+            return ours(f"{what}: {type(exc).__name__}")
+    return RegistryError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def kazoo_errors(what: str) -> Iterator[None]:
+    """Kazoo's exceptions raised inside, as shardcron's (``what`` names the operation)."""
+    try:
+        yield
+    except (kx.KazooException, KazooTimeoutError, RetryFailedError) as exc:
+        raise translate(exc, what) from exc
 
 
 class AddWatch(namedtuple("AddWatch", "path mode")):
@@ -147,9 +196,9 @@ class BufferedReads:
         self._chunk = bytearray(RECV_BYTES)
         self._chunk_view = memoryview(self._chunk)
         self._ahead = False
-        # Takes a watch event's type and full path; False: leave it to kazoo (a one-shot
-        # watch kazoo set waits for it).
-        self.on_watch: Callable[[int, str], bool] | None = None
+        # Takes watch events (type, full path), in order, and says how many it took: it
+        # stops before one that kazoo must read (a one-shot watch kazoo set waits for it).
+        self.on_watches: Callable[[list[tuple[int, str]]], int] | None = None
         connection._read = self.read
         connection._read_socket = self.read_socket
 
@@ -195,22 +244,23 @@ class BufferedReads:
             self._ahead = False
 
     def _take_watch_events(self) -> None:
-        """Hand the watch events at the head of the buffer to ``on_watch``, in order, up
+        """Hand the watch events at the head of the buffer to ``on_watches``, in order, up
         to the first other packet (kazoo's to read) or the first incomplete one."""
-        on_watch, buffer = self.on_watch, self._buffer
-        if on_watch is None or self._socket is not self._connection._socket:
+        on_watches, buffer = self.on_watches, self._buffer
+        if on_watches is None or self._socket is not self._connection._socket:
             return
+        events: list[tuple[int, str]] = []
+        ends: list[int] = []
         end, offset, head = len(buffer), 0, _WATCH_EVENT.size
         while end - offset >= head:
             length, xid, _zxid, _err, kind, _state, size = _WATCH_EVENT.unpack_from(buffer, offset)
             if xid != WATCH_XID or size < 0 or end - offset < 4 + length:
                 break
-            path = buffer[offset + head : offset + head + size].decode()
-            if not on_watch(kind, path):
-                break
+            events.append((kind, buffer[offset + head : offset + head + size].decode()))
             offset += 4 + length
-        if offset:
-            del buffer[:offset]
+            ends.append(offset)
+        if events and (taken := on_watches(events)):
+            del buffer[: ends[taken - 1]]
 
     def _packet_buffered(self) -> bool:
         buffer = self._buffer

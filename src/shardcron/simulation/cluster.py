@@ -14,13 +14,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shardcron.config import JobConfig
 from shardcron.errors import NodeExistsError
 from shardcron.groupcommit import GroupCommit
+from shardcron.jobconfig import JobConfig
 from shardcron.model import ServerStatus, ShardingContext
 from shardcron.paths import JobPaths, instance_id
 from shardcron.registry import SessionState
-from shardcron.registry.memory import MemoryRegistry, MemoryServer
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.registry.memoryserver import MemoryServer
 from shardcron.runtime import JobRuntime
 from shardcron.simulation.checks import JobTrack, Probe
 from shardcron.simulation.faults import Fault, FaultyRegistry

@@ -14,7 +14,8 @@ import logging
 from collections.abc import Iterator
 
 from shardcron import membership
-from shardcron.config import JobConfig, instance_yaml
+from shardcron.instancerecord import instance_yaml
+from shardcron.jobconfig import JobConfig
 
 _PARSED: dict[tuple[str, str | None], JobConfig] = {}
 _RENDERED: dict[JobConfig, str] = {}

@@ -8,7 +8,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from shardcron.tracing.sql import _local, _succeeded, _tables
+from shardcron.tracing.history import _local, _succeeded, _tables
 
 
 @dataclass(frozen=True, slots=True)

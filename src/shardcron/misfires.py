@@ -1,0 +1,182 @@
+"""Skipped items and their one re-run, for one job on one instance; and the log lines
+that repeat at every fire, throttled.
+
+An item skipped at a fire (still running from the last one, or on another instance, a
+resharding, a lost session) is *misfired*: recorded here at once and flagged in the
+registry (``sharding/{i}/misfire``, as ElasticJob) with the tick's group commit. When
+the run that held it ends, the item runs once more (source MISFIRE), however many fires
+it missed. Only the instance whose group commit deletes the registry flag re-runs it;
+a flag only recorded here (monitorExecution off, or a write that failed) is its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from shardcron import execution, sharding
+from shardcron.errors import RegistryError
+from shardcron.events import ItemsSkipped
+from shardcron.model import ExecutionSource, item_ranges
+
+if TYPE_CHECKING:
+    from shardcron.firing import Firing
+    from shardcron.runtime import JobRuntime
+
+log = logging.getLogger(__name__)
+
+# At most one line this often for what repeats at every fire (of every job, when overloaded).
+REPEATED_LOG_SECONDS = 60.0
+
+
+class MissedFires:
+    """The warnings about fires that came too late to run, for a whole process: one line a
+    minute at most, counting what it missed since the last. A stalled or overloaded
+    process misses the fires of all its jobs at once; a line per job (thousands a minute
+    on a worker of thousands of jobs) would add to the load that made them late."""
+
+    def __init__(self) -> None:
+        self._fires = 0
+        self._jobs: set[str] = set()
+        self._logged_at = -REPEATED_LOG_SECONDS
+
+    def note(self, job: str, when: float, late: float, now: float) -> None:
+        self._fires += 1
+        self._jobs.add(job)
+        if now - self._logged_at < REPEATED_LOG_SECONDS:
+            return
+        also = (
+            f" ({self._fires} fires of {len(self._jobs)} job(s) missed since the last line: "
+            "a stalled or overloaded process; if it recurs, spread the jobs over more workers)"
+            if self._fires > 1
+            else ""
+        )
+        log.warning("job %s: fire of %s missed by %.1fs%s", job, when, late, also)
+        self._fires, self._jobs, self._logged_at = 0, set(), now
+
+
+class RepeatedLines:
+    """The lines a job logs again and again: a job that outlasts its interval skips its
+    items and runs them again at every fire. The first line of each kind is logged at
+    once, then at most one a minute, which tells how many were left out. An overloaded
+    worker of 1,000 jobs spent 7 % of its CPU logging a line per job and fire."""
+
+    def __init__(self) -> None:
+        self._said: dict[str, tuple[float, int]] = {}  # kind: (logged at, left out since)
+
+    def also(self, kind: str, now: float) -> str | None:
+        """None: leave this line out. Otherwise log it, ending with the returned text,
+        which counts the lines left out since the last one (empty if none)."""
+        at, left_out = self._said.get(kind, (-REPEATED_LOG_SECONDS, 0))
+        if now - at < REPEATED_LOG_SECONDS:
+            self._said[kind] = (at, left_out + 1)
+            return None
+        self._said[kind] = (now, 0)
+        return f" ({left_out} more since the last such line)" if left_out else ""
+
+
+class Misfires:
+    """The misfired items of one job on one instance; runs on the coordinator thread, as
+    its :class:`shardcron.firing.Firing`."""
+
+    def __init__(self, rt: JobRuntime, firing: Firing) -> None:
+        self.rt = rt
+        self._firing = firing
+        self._misfired: set[int] = set()  # local record, ahead of the registry flag
+        # Flags written (or being written) by this instance and not taken yet, and flags
+        # being taken: an item skipped tick after tick writes its flag once, and one flag
+        # is deleted once. Each repeat would be refused by the registry, and a refused op
+        # costs its whole group commit another round trip.
+        self._flagged: set[int] = set()
+        self._taking: set[int] = set()
+        self._lines = RepeatedLines()
+
+    def has(self, item: int) -> bool:
+        return item in self._misfired  # read from the event thread: a hint, healed if stale
+
+    def note(self, item: int) -> None:
+        self._misfired.add(item)
+
+    def skip(self, items: list[int], reason: str, misfire: bool = True) -> None:
+        if not items:
+            return
+        misfire = misfire and self.rt.config.misfire
+        also = self._lines.also(reason, self.rt.host.now())
+        if also is not None:
+            log.info(
+                "job %s: items %s skipped: %s%s", self.rt.name, item_ranges(items), reason, also
+            )
+        self.rt.emit(
+            ItemsSkipped(
+                job_name=self.rt.name,
+                instance=self.rt.instance,
+                items=tuple(items),
+                reason=reason,
+                misfire=misfire,
+            )
+        )
+        if misfire:
+            self._misfired.update(items)
+            unflagged = [i for i in items if i not in self._flagged]
+            if unflagged and self.rt.config.monitor_execution and not self.rt.suspended:
+                request = execution.MarkingMisfires(self.rt.cache, self.rt.paths, unflagged)
+                self._flagged.update(unflagged)
+
+                def then(error: RegistryError | None) -> None:
+                    if error is not None:  # the local record re-runs them all the same
+                        self._flagged.difference_update(unflagged)
+                        log.info("job %s: misfire flags not written (%s)", self.rt.name, error)
+
+                self.rt.commits.submit(request, then)
+
+    def rerun(self, items: list[int]) -> None:
+        if (
+            not self.rt.config.misfire
+            or self.rt.stopped
+            or self.rt.suspended
+            or self.rt.reshard_due
+        ):
+            return
+        cache, paths = self.rt.cache, self.rt.paths
+        if sharding.is_necessary(cache, paths):
+            return
+        flagged = set(execution.misfired(cache, paths, items)) | (self._misfired & set(items))
+        mine = set(self._firing.local_items(None))
+        ready = sorted(
+            i
+            for i in flagged & mine
+            if not self._firing.reserved(i)
+            and i not in self._taking
+            and not cache.exists(paths.running(i))
+        )
+        if not ready:
+            return
+        self._misfired.difference_update(ready)
+        self._flagged.difference_update(ready)
+        # Only the path that deletes the registry flag re-runs the item; a flag that exists
+        # only here (monitorExecution off, or a write that failed) is ours.
+        monitored = self.rt.config.monitor_execution
+        flags = [i for i in ready if monitored and cache.exists(paths.misfire(i))]
+        ours = [i for i in ready if i not in flags]
+        request = execution.TakingMisfires(paths, flags)
+        self._taking.update(flags)
+
+        def then(error: RegistryError | None) -> None:
+            self._taking.difference_update(flags)
+            if error is not None:
+                self._misfired.update(flags)  # outcome unknown: the local record re-runs them
+            taken = ours + ([] if error else request.taken)
+            self.rt.guarded(lambda: self._rerun(taken), "misfire")
+
+        self.rt.commits.submit(request, then)
+
+    def _rerun(self, items: list[int]) -> None:
+        # An item claimed meanwhile runs again already: that run covers the missed fire.
+        items = sorted(i for i in items if not self._firing.reserved(i))
+        if items and not self.rt.stopped:
+            also = self._lines.also("misfired", self.rt.host.now())
+            if also is not None:
+                log.info(
+                    "job %s: running misfired items %s%s", self.rt.name, item_ranges(items), also
+                )
+            self._firing.fire(ExecutionSource.MISFIRE, only=items)
