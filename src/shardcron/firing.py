@@ -158,13 +158,15 @@ class Firing:
             if token != self._timer:
                 return
             late = self.rt.host.released() - when
-            try:
-                if late <= MAX_LATENESS_SECONDS:
-                    self.rt.guarded(lambda: self.fire(start_at=when), "fire")
-                else:
-                    self.rt.missed.note(self.rt.name, when, late, self.rt.host.now())
-            finally:  # whatever failed, the job keeps its next fire
-                self.arm(after=when)
+            # The next fire is armed first: whatever this one does or fails at, the job
+            # keeps its next fire, released on time even if this one holds the coordinator
+            # for seconds (a leader writing a big first layout); armed after, it would
+            # start from the moment this one returned and drop the fires before it.
+            self.arm(after=when)
+            if late <= MAX_LATENESS_SECONDS:
+                self.rt.guarded(lambda: self.fire(start_at=when), "fire")
+            else:
+                self.rt.missed.note(self.rt.name, when, late, self.rt.host.now())
 
         # The claim's answer comes after the watch events of its own writes, which grow with
         # the items claimed: the lead grows with them too (items still start on the second).
