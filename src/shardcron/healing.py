@@ -129,106 +129,106 @@ class Healer:
     def heal(self, full: bool = False) -> bool:
         """Repair this instance's own state, then, as leader, the job's. ``full`` also
         looks for this instance's own stale claims (after a start or a new session)."""
-        if self.rt.suspended or not self.rt.registry.connected:
+        rt = self.rt
+        if rt.suspended or not rt.registry.connected:
             return False
-        self.rt.firing.resolve()
-        if self.rt.stopped:
+        rt.firing.resolve()
+        if rt.stopped:
             return False
-        if self.rt.registry.session_id != self.rt.registered_session:
+        if rt.registry.session_id != rt.registered_session:
             full = True
-            log.info("job %s: new registry session; registering again", self.rt.name)
-            self.rt.register(first=False)
+            log.info("job %s: new registry session; registering again", rt.name)
+            rt.register(first=False)
         elif self._removed_by_operator():
-            log.warning("job %s: instance removed by an operator; stopping here", self.rt.name)
-            self.rt.begin_stop(operator=True)
+            log.warning("job %s: instance removed by an operator; stopping here", rt.name)
+            rt.begin_stop(operator=True)
             return True
-        self.rt.elect()
-        live = set(membership.live_instances(self.rt.cache, self.rt.paths)) | {self.rt.instance}
-        cfg = self.rt.config
-        leader = self.rt.is_leader()
+        rt.elect()
+        live = set(membership.live_instances(rt.cache, rt.paths)) | {rt.instance}
+        cfg = rt.config
+        leader = rt.is_leader()
         # The sweep reads every item: on a big job, the most costly part of a heal. A
         # follower acts only on its own stale claims, after a start or a new session, so
         # it sweeps only then (50 instances of a 10,000-item job swept every 2 s while a
         # layout was written, for nothing). What the sweep finds follows from the cache
         # (leadership and live instances included) and the config, so an unchanged cache
         # after a sweep that found nothing finds nothing.
-        quiet = (self.rt.cache.version, cfg.sharding_total_count, cfg.failover)
+        quiet = (rt.cache.version, cfg.sharding_total_count, cfg.failover)
         if not full and (not leader or quiet == self._quiet):
             found = Findings()
         else:
             total = cfg.sharding_total_count
-            found = sweep(self.rt.cache, self.rt.paths, total, live, cfg.failover)
+            found = sweep(rt.cache, rt.paths, total, live, cfg.failover)
             self._quiet = None if found else quiet
         for item in found.suspect_claims if leader or full else ():
             self._repair_claim(item, live, leader)
         if leader:
             self._repair_job(found)
-        self.rt.firing.misfires.rerun(self.rt.firing.local_items(None))
-        self.rt.firing.failover_pass(phase=0)
-        self.rt.firing.run_pending()
+        rt.firing.misfires.rerun(rt.firing.local_items(None))
+        rt.firing.failover_pass(phase=0)
+        rt.firing.run_pending()
         return bool(found)
 
     def _removed_by_operator(self) -> bool:
         """Our instance node is gone although our session lives: only a delete does that."""
-        path = self.rt.paths.instance(self.rt.instance)
-        return not self.rt.cache.exists(path) and self.rt.registry.get(path) is None
+        rt = self.rt
+        path = rt.paths.instance(rt.instance)
+        return not rt.cache.exists(path) and rt.registry.get(path) is None
 
     def _repair_claim(self, item: int, live: set[str], leader: bool) -> None:
         """A ``running`` without lease: stale if its holder is gone, or is this instance
         but not running it here (left by an earlier process with the same id)."""
-        paths = self.rt.paths
-        if self.rt.firing.reserved(item) or self.rt.registry.stat(paths.lease(item)) is not None:
+        rt = self.rt
+        paths = rt.paths
+        if rt.firing.reserved(item) or rt.registry.stat(paths.lease(item)) is not None:
             return
-        value = self.rt.registry.get(paths.running(item))
+        value = rt.registry.get(paths.running(item))
         holder = None if value is None else value.decode()
         if holder is None:
             return
-        mine = holder == self.rt.instance
+        mine = holder == rt.instance
         if not (mine or (leader and holder not in live)):
             return
-        if self.rt.config.failover:
-            log.warning(
-                "job %s: item %d lost its holder %s; failing over", self.rt.name, item, holder
-            )
+        if rt.config.failover:
+            log.warning("job %s: item %d lost its holder %s; failing over", rt.name, item, holder)
             self._ensure(paths.failover_items)
-            ops = failover.queue_ops(self.rt.cache, paths, item)
+            ops = failover.queue_ops(rt.cache, paths, item)
         else:
-            log.warning("job %s: item %d lost its holder %s; misfired", self.rt.name, item, holder)
-            self.rt.firing.misfires.note(item)
-            ops = failover.stale_ops(self.rt.cache, paths, item)
-            if self.rt.config.misfire and not self.rt.cache.exists(paths.misfire(item)):
+            log.warning("job %s: item %d lost its holder %s; misfired", rt.name, item, holder)
+            rt.firing.misfires.note(item)
+            ops = failover.stale_ops(rt.cache, paths, item)
+            if rt.config.misfire and not rt.cache.exists(paths.misfire(item)):
                 ops.append(Create(paths.misfire(item)))
         self._try(ops, f"repair of item {item}")
 
     def _repair_job(self, found: Findings) -> None:
-        paths = self.rt.paths
+        rt = self.rt
+        paths = rt.paths
         for item in found.failover_leftovers:
-            if self.rt.registry.stat(paths.running(item)) is None:
+            if rt.registry.stat(paths.running(item)) is None:
                 ops: list[Op] = [Delete(p) for p in (paths.failover(item), paths.failovering(item))]
                 for op in ops:
                     self._try([op], f"clean-up of {op.path}")
         for item in found.dead_queue_entries:
             self._try([Delete(paths.failover_item(item))], f"queue entry {item}")
         for item in found.items_beyond_count:
-            self.rt.registry.delete(paths.item(item), recursive=True)
-        if found.owners_gone and (
-            self.rt.reshard_due or sharding.is_necessary(self.rt.cache, paths)
-        ):
+            rt.registry.delete(paths.item(item), recursive=True)
+        if found.owners_gone and (rt.reshard_due or sharding.is_necessary(rt.cache, paths)):
             found.owners_gone = []  # flagged already: the next fire reshards
         if found.owners_gone:
             # Confirm with the registry: a cache a few events behind must not reshard.
-            live = set(self.rt.registry.children(paths.instances))
+            live = set(rt.registry.children(paths.instances))
             found.owners_gone = [o for o in found.owners_gone if o not in live]
         if found.owners_gone:
             log.warning(
-                "job %s: items of gone instances %s; resharding", self.rt.name, found.owners_gone
+                "job %s: items of gone instances %s; resharding", rt.name, found.owners_gone
             )
-            self.rt.flag_resharding(force=True)
-        if found.processing and self.rt.registry.stat(paths.sharding_processing) is not None:
+            rt.flag_resharding(force=True)
+        if found.processing and rt.registry.stat(paths.sharding_processing) is not None:
             # Only the leader reshards, and it does so within one step of this thread: a
             # `processing` node seen here was left by a fault (ours or a former leader's).
-            log.warning("job %s: clearing a resharding left half-done", self.rt.name)
-            self.rt.registry.delete(paths.sharding_processing)
+            log.warning("job %s: clearing a resharding left half-done", rt.name)
+            rt.registry.delete(paths.sharding_processing)
 
     def _try(self, ops: list[Op], what: str) -> bool:
         try:
