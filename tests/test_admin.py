@@ -171,8 +171,11 @@ def test_disabling_a_server_in_every_job(zookeeper: ZooKeeperServer) -> None:
         assert admin.enable(server=IP_A) == [Write(f"/other/servers/{IP_A}", "ENABLED")]
         with pytest.raises(ServerNotFoundError, match=r"10\.9\.9\.9"):
             admin.disable(server="10.9.9.9")
-        with pytest.raises(ServerNotFoundError, match=r"its servers: 127\.0\.0\.2"):
+        with pytest.raises(ServerNotFoundError, match=r"its servers: 127\.0\.0\.2") as info:
             admin.disable("orders", "10.9.9.9")
+        # Typed fields, for callers that act on the error rather than print it.
+        assert (info.value.server, info.value.job) == ("10.9.9.9", "orders")
+        assert IP_B in info.value.known
 
 
 def test_shutdown_of_one_server_stops_the_job_on_its_instance(
@@ -302,8 +305,9 @@ def test_removing_a_job_stops_it_everywhere_and_deletes_its_tree(
         c.stop(B)
         assert c.admin.stat("/orders") is None
         assert admin.jobs() == []
-        with pytest.raises(JobNotFoundError, match="'orders' not found"):
+        with pytest.raises(JobNotFoundError, match="'orders' not found") as missing:
             admin.remove_job("orders")
+        assert (missing.value.job, missing.value.known) == ("orders", [])
 
 
 def test_removing_a_server_shuts_it_down_and_deletes_its_server_node(

@@ -23,7 +23,6 @@ long-lived reader such as the web console answers every read without a round tri
 from __future__ import annotations
 
 import contextlib
-import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -254,7 +253,7 @@ class Admin:
             status = JobStatus.DISABLED if disabled else JobStatus.OK
             result.append(ServerJob(job_name=job, status=status, instance_count=len(on_ip)))
         if not result:
-            raise ServerNotFoundError(f"no job has server {ip!r}")
+            raise ServerNotFoundError(ip)
         return result
 
     # -- operations -----------------------------------------------------------------------
@@ -407,12 +406,7 @@ class Admin:
             raise ConfigError(f"config.{err.field}", err.problem, job=job) from None
 
     def _not_found(self, job: str) -> JobNotFoundError:
-        names = self.job_names()
-        close = difflib.get_close_matches(job, names, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; jobs: {', '.join(names) or 'none'}"
-        return JobNotFoundError(
-            f"job {job!r} not found in namespace {self.registry.namespace!r}{hint}"
-        )
+        return JobNotFoundError(job, self.registry.namespace, self.job_names())
 
     def _targets(self, job: str | None, server: str | None) -> list[str]:
         """The jobs an operation on (job, server) touches; raises for unknown names."""
@@ -421,10 +415,8 @@ class Admin:
         if job is not None:
             self.config_yaml(job)
             if server is not None and self.registry.get(JobPaths(job).server(server)) is None:
-                known = ", ".join(self.registry.children(JobPaths(job).servers)) or "none"
-                raise ServerNotFoundError(
-                    f"job {job!r} has no server {server!r}; its servers: {known}"
-                )
+                known = self.registry.children(JobPaths(job).servers)
+                raise ServerNotFoundError(server, job, known)
             return [job]
         assert server is not None
         jobs = [
@@ -433,7 +425,7 @@ class Admin:
             if self.registry.get(JobPaths(name).server(server)) is not None
         ]
         if not jobs:
-            raise ServerNotFoundError(f"no job has server {server!r}")
+            raise ServerNotFoundError(server)
         return jobs
 
     def _set_servers(

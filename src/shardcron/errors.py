@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 
 class ShardcronError(Exception):
     """Root of all shardcron errors."""
@@ -69,8 +71,28 @@ class JobConflictError(ShardcronError):
 
 
 class JobNotFoundError(ShardcronError, LookupError):
-    """The namespace holds no job (no ``/{job}/config``) of that name."""
+    """The namespace holds no job (no ``/{job}/config``) of that name; the message names
+    the closest of the ``known`` jobs, or lists them."""
+
+    def __init__(self, job: str, namespace: str, known: list[str]) -> None:
+        self.job = job
+        self.namespace = namespace
+        self.known = known
+        close = difflib.get_close_matches(job, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"jobs: {', '.join(known) or 'none'}"
+        super().__init__(f"job {job!r} not found in namespace {namespace!r}; {hint}")
 
 
 class ServerNotFoundError(ShardcronError, LookupError):
-    """No job of the namespace (or not the named one) has that server IP."""
+    """No job of the namespace (or not ``job``, whose servers are ``known``) has that
+    server IP."""
+
+    def __init__(self, server: str, job: str | None = None, known: list[str] | None = None) -> None:
+        self.server = server
+        self.job = job
+        self.known = known or []
+        if job is None:
+            super().__init__(f"no job has server {server!r}")
+        else:
+            listed = ", ".join(self.known) or "none"
+            super().__init__(f"job {job!r} has no server {server!r}; its servers: {listed}")
