@@ -160,10 +160,12 @@ class ZooKeeperCaches:
                 again.append((tree, path, _FETCH))
             elif kind == _DELETED:
                 tree.remove(path)
+            # notify() routed the change to this tree (the path is below its root) and
+            # asked skip_data already (_TOUCH): put, not upsert, which would ask again.
             elif kind == _TOUCH:
-                tree.upsert(path, b"")
+                tree.put(path, b"")
             elif isinstance(value := values.get(path), bytes):
-                tree.upsert(path, value)
+                tree.put(path, value)
             # else: deleted meanwhile (its DELETED notification follows) or not read
         if again:
             self.queue_changes(again)
