@@ -147,6 +147,8 @@ class Healer:
         live = set(membership.live_instances(rt.cache, rt.paths)) | {rt.instance}
         cfg = rt.config
         leader = rt.is_leader()
+        if leader and rt.resharder.outdated():
+            rt.flag_resharding()
         # The sweep reads every item: on a big job, the most costly part of a heal. A
         # follower acts only on its own stale claims, after a start or a new session, so
         # it sweeps only then (50 instances of a 10,000-item job swept every 2 s while a

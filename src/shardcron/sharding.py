@@ -309,6 +309,7 @@ class Resharder:
         self.rt = rt
         self._written: tuple[dict[int, str], float] | None = None  # last layout, when
         self._resharding = False  # a resharding is in the group commit
+        self._planned: tuple[frozenset[str], int] | None = None  # the last layout's inputs
         self.first_layout = FirstLayout()
 
     def reshard(self) -> None:
@@ -334,14 +335,28 @@ class Resharder:
         if not is_necessary(cache, paths):
             set_flag(rt.registry, paths)  # the commit deletes it: it must exist
         assignment = assign(paths, total, available, strategy)
+        planned = (frozenset(available), total)
         request = Resharding(cache, paths, total, assignment)
         if not request.fits(rt.registry):
             written = write(rt.registry, cache, paths, total, assignment)
             if written is not None:
-                self._resharded(written)
+                self._resharded(written, planned)
             return
         self._resharding = True
-        rt.commits.submit(request, lambda error: self._committed(request, error))
+        rt.commits.submit(request, lambda error: self._committed(request, planned, error))
+
+    def outdated(self) -> bool:
+        """The last layout this leader wrote was planned for other instances or another
+        item count than now, and no resharding is flagged or under way. A join or a count
+        change seen while that layout was in flight found the flag still up, and the
+        layout's commit then deleted it: the change would wait for the next one."""
+        rt = self.rt
+        if self._planned is None or self._resharding:
+            return False
+        if is_necessary(rt.cache, rt.paths) or is_processing(rt.cache, rt.paths):
+            return False
+        available = frozenset(membership.available_instances(rt.cache, rt.paths))
+        return (available, rt.config.sharding_total_count) != self._planned
 
     def _settling(self) -> bool:
         """The first layout waits for instances still joining; a fire waiting for it
@@ -357,7 +372,12 @@ class Resharder:
             self.rt.host.call_later(wait, again)
         return wait > 0
 
-    def _committed(self, request: Resharding, error: RegistryError | None) -> None:
+    def _committed(
+        self,
+        request: Resharding,
+        planned: tuple[frozenset[str], int],
+        error: RegistryError | None,
+    ) -> None:
         self._resharding = False
         if error is None:
             items = sum(len(items) for items in request.assignment.values())
@@ -367,7 +387,7 @@ class Resharder:
                 items,
                 sorted(request.assignment),
             )
-            self._resharded(request.assignment)
+            self._resharded(request.assignment, planned)
             self.rt.firing.run_pending()  # unless the flag's removal, still on its way, does
         elif isinstance(error, TransactionError):
             # A cache behind a concurrent change, or another session sharding: the flag
@@ -378,10 +398,14 @@ class Resharder:
                 "job %s: resharding failed (%s); the next fire retries", self.rt.name, error
             )
 
-    def _resharded(self, assignment: dict[str, list[int]]) -> None:
-        self.rt.reshard_due = False
+    def _resharded(
+        self, assignment: dict[str, list[int]], planned: tuple[frozenset[str], int]
+    ) -> None:
+        rt = self.rt
+        rt.reshard_due = False
+        self._planned = planned
+        if frozenset(membership.available_instances(rt.cache, rt.paths)) != planned[0]:
+            rt.healer.soon()  # an instance came or went meanwhile: flag again
         layout = {i: owner for owner, items in assignment.items() for i in items}
-        self._written = (layout, self.rt.host.now())
-        self.rt.emit(
-            Resharded(job_name=self.rt.name, instance=self.rt.instance, assignment=assignment)
-        )
+        self._written = (layout, rt.host.now())
+        rt.emit(Resharded(job_name=rt.name, instance=rt.instance, assignment=assignment))

@@ -39,6 +39,11 @@ I4 (at the end, just after a fire, when no item should still run, for every job 
 still has a live enabled instance to repair it): no ``running`` (nor its ``lease``)
 without an open run of its holder, no ``failover``/``failovering`` without a running
 failover run, no ``leader/failover/items/*`` and no ``leader/sharding/processing``.
+
+I5 (at the end, for every job with a live enabled instance): the layout gives items
+only to live enabled instances and, as ``AVG_ALLOCATION`` does when there are at least
+as many items as instances, an item to each of them. A join or a leave seen while a
+layout was in flight must not leave the old layout in place for good.
 """
 
 from __future__ import annotations
@@ -241,4 +246,22 @@ def check_registry(
             found.append(f"I4 {job}: failover queue entry {name} left")
         if peek(paths.sharding_processing) is not None:
             found.append(f"I4 {job}: leader/sharding/processing left")
+    return found
+
+
+def check_layouts(
+    available: dict[str, set[str]], totals: dict[str, int], peek: Callable[[str], bytes | None]
+) -> list[str]:
+    """I5: every job's layout is spread over exactly its live enabled instances."""
+    found = []
+    for job, names in available.items():
+        if not names:
+            continue
+        paths = JobPaths(job)
+        total = totals[job]
+        owners = {(peek(paths.item_instance(i)) or b"").decode() for i in range(total)}
+        if strangers := sorted(owners - names):
+            found.append(f"I5 {job}: items owned by {strangers}, not live enabled instances")
+        if total >= len(names) and (idle := sorted(names - owners)):
+            found.append(f"I5 {job}: live enabled instances {idle} own no item")
     return found

@@ -139,11 +139,14 @@ def run(cluster: Cluster, chaos_end: float) -> Result:
         end, quiet = _run_to_quiet(cluster, chaos_end)
     ledger = cluster.ledger
     verdict = checks.check(ledger, cluster.tracks, cluster.session_timeout, end, quiet)
+    available = {
+        j.name: {m.name for m in cluster.members if cluster.available(m, j.name)}
+        for j in cluster.jobs
+    }
     # Only a job with a live enabled instance left has anybody to repair its nodes.
-    alive = [
-        j.name for j in cluster.jobs if any(cluster.available(m, j.name) for m in cluster.members)
-    ]
+    alive = [job for job, names in available.items() if names]
     verdict.violations += checks.check_registry(ledger, alive, cluster.peek, cluster.kids)
+    verdict.violations += checks.check_layouts(available, cluster.totals, cluster.peek)
     return Result(
         seed=-1,
         faults=ledger.faults,
