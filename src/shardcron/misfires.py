@@ -141,6 +141,8 @@ class Misfires:
         if sharding.is_necessary(cache, paths):
             return
         flagged = set(execution.misfired(cache, paths, items)) | (self._misfired & set(items))
+        if not flagged:
+            return  # every completion asks: the walk below is for the few that misfired
         mine = set(self._firing.local_items(None))
         ready = sorted(
             i

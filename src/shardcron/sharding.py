@@ -2,7 +2,9 @@
 
 1. The leader sets ``necessary`` whenever the set of available instances or the item
    count may have changed (an instance joined or left, a server was enabled or disabled,
-   ``shardingTotalCount`` changed, a leader was elected).
+   ``shardingTotalCount`` changed, a leader was elected). Its heal sets it too when its
+   last layout was planned for other instances or another count than now: a change seen
+   while that layout was in flight found the flag still up, and the layout removed it.
 2. At the next fire, before anything runs, every instance sees the flag. The leader
    runs the strategy and, in one transaction, creates ``processing``, writes the moved
    ``sharding/{i}/instance`` nodes and deletes both flags (:class:`Resharding`, sent
