@@ -155,8 +155,8 @@ def test_a_custom_strategy_that_raises_once_does_not_stop_the_job_for_good(
 def test_an_instance_that_joins_while_the_layout_is_written_gets_its_share(
     server: MemoryServer,
 ) -> None:
-    """Seen in tests, 1 run in 20 under load: the leader saw the join while its layout
-    (planned without the joiner) was in flight. It did not flag a resharding, as the flag
+    """Seen in tests (test_a_follower_heals_without_walking_the_items, about 1 run in 30):
+    the leader saw the join while its layout (planned without the joiner) was in flight. It did not flag a resharding, as the flag
     was still up, and the commit then deleted the flag: the joiner got no items until
     the next membership change."""
     joined: list[Scheduler] = []

@@ -259,7 +259,10 @@ def check_layouts(
             continue
         paths = JobPaths(job)
         total = totals[job]
-        owners = {(peek(paths.item_instance(i)) or b"").decode() for i in range(total)}
+        values = {peek(paths.item_instance(i)) for i in range(total)}
+        if None in values:
+            found.append(f"I5 {job}: items without an owner")
+        owners = {value.decode() for value in values if value is not None}
         if strangers := sorted(owners - names):
             found.append(f"I5 {job}: items owned by {strangers}, not live enabled instances")
         if total >= len(names) and (idle := sorted(names - owners)):
