@@ -219,6 +219,12 @@ def test_no_time_zone_means_the_local_zone(
     assert trigger.next_fire(datetime(2026, 5, 1, tzinfo=UTC)) == datetime(
         2026, 5, 2, 0, 0, tzinfo=UTC
     )
+    # TZ changed within the process: the same expression follows the new local zone.
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    trigger = CronTrigger.parse("0 0 9 * * ?", empty)
+    assert trigger.next_fire(datetime(2026, 5, 1, tzinfo=UTC)) == datetime(
+        2026, 5, 1, 7, 0, tzinfo=UTC
+    )
 
 
 @pytest.mark.parametrize(

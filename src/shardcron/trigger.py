@@ -29,6 +29,7 @@ So no instant is ever produced twice, and results are strictly increasing.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
@@ -80,7 +81,8 @@ class CronTrigger:
         share one trigger (immutable): thousands of jobs parse their cron once, when
         validated and when run, and each holds 1 KiB less."""
         if isinstance(expression, str) and (time_zone is None or isinstance(time_zone, str)):
-            return _shared_trigger(expression.strip(), time_zone)
+            local = None if time_zone and time_zone.strip() else os.environ.get("TZ", "")
+            return _shared_trigger(expression.strip(), time_zone, local)
         return cls(expression, parse_time_zone(time_zone))  # garbage: its error, uncached
 
     def next_fire(self, after: datetime) -> datetime | None:
@@ -151,5 +153,7 @@ def _next_second(wall: datetime) -> datetime:
 
 
 @functools.lru_cache(maxsize=1024)
-def _shared_trigger(expression: str, time_zone: str | None) -> CronTrigger:
+def _shared_trigger(expression: str, time_zone: str | None, local_tz: str | None) -> CronTrigger:
+    """``local_tz`` is only part of the key: the ``TZ`` variable when ``time_zone`` names
+    no zone, so that a process that changes ``TZ`` gets the new local zone."""
     return CronTrigger(expression, parse_time_zone(time_zone))
