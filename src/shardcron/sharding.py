@@ -357,8 +357,12 @@ class Resharder:
             return False
         if is_necessary(rt.cache, rt.paths) or is_processing(rt.cache, rt.paths):
             return False
-        available = frozenset(membership.available_instances(rt.cache, rt.paths))
-        return (available, rt.config.sharding_total_count) != self._planned
+        return self._inputs() != self._planned
+
+    def _inputs(self) -> tuple[frozenset[str], int]:
+        """What a layout planned now would be planned for: the instances, the count."""
+        available = membership.available_instances(self.rt.cache, self.rt.paths)
+        return frozenset(available), self.rt.config.sharding_total_count
 
     def _settling(self) -> bool:
         """The first layout waits for instances still joining; a fire waiting for it
@@ -406,7 +410,7 @@ class Resharder:
         rt = self.rt
         rt.reshard_due = False
         self._planned = planned
-        if frozenset(membership.available_instances(rt.cache, rt.paths)) != planned[0]:
+        if self._inputs() != planned:
             rt.healer.soon()  # an instance came or went meanwhile: flag again
         layout = {i: owner for owner, items in assignment.items() for i in items}
         self._written = (layout, rt.host.now())
