@@ -319,12 +319,17 @@ def test_missed_fires_are_counted_across_jobs_until_the_next_line(
     ]
 
 
-def test_a_job_skipping_at_every_fire_logs_a_line_a_minute_per_reason() -> None:
+def test_jobs_skipping_at_every_fire_log_a_line_a_minute_per_reason() -> None:
+    """For the whole process: 5,000 overloaded jobs logged 10,000 lines a minute when
+    each job had its own minute."""
     lines = RepeatedLines()
-    assert lines.also("still running", 100.0) == ""  # the first: said at once
-    assert lines.also("still running", 101.0) is None
-    assert lines.also("misfired", 101.0) == ""  # another kind of line: its own minute
-    assert lines.also("still running", 102.0) is None
-    assert lines.also("still running", 160.5) == " (2 more since the last such line)"
-    assert lines.also("still running", 161.0) is None
-    assert lines.also("misfired", 161.0) == ""
+    assert lines.also("still running", "a", 100.0) == ""  # the first: said at once
+    assert lines.also("still running", "a", 101.0) is None
+    assert lines.also("misfired", "a", 101.0) == ""  # another kind of line: its own minute
+    assert lines.also("still running", "b", 102.0) is None  # another job: the same minute
+    assert lines.also("still running", "b", 103.0) is None
+    assert lines.also("still running", "c", 160.5) == (
+        " (3 more of 2 job(s) since the last such line)"
+    )
+    assert lines.also("still running", "a", 161.0) is None
+    assert lines.also("misfired", "c", 161.0) == ""

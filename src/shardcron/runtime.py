@@ -41,7 +41,7 @@ from shardcron.groupcommit import GroupCommit
 from shardcron.jobconfig import JobConfig
 from shardcron.jobs import ItemRunner
 from shardcron.listeners import JobListener, ordered
-from shardcron.misfires import MissedFires
+from shardcron.misfires import MissedFires, RepeatedLines
 from shardcron.model import ExecutionSource, ShardingContext, item_ranges
 from shardcron.paths import JobPaths
 from shardcron.registry import (
@@ -99,6 +99,7 @@ class JobRuntime:
         error_handler: ErrorHandler | None = None,
         commits: GroupCommit | None = None,
         missed: MissedFires | None = None,
+        repeated: RepeatedLines | None = None,
     ) -> None:
         self.config = config
         self.paths = JobPaths(config.job_name)
@@ -111,6 +112,7 @@ class JobRuntime:
         # Shared by the process's jobs, so those due in one tick claim in one multi-op.
         self.commits = commits or GroupCommit(registry, host)
         self.missed = missed or MissedFires()  # shared by the process's jobs, as commits
+        self.repeated = repeated or RepeatedLines()  # likewise
         self.on_detach = on_detach
         self.observers = observers or []
         self.listeners = ordered(listeners or [])

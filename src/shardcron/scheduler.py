@@ -40,7 +40,7 @@ from shardcron.jobconfig import JobConfig
 from shardcron.jobs import AsyncLoop, make_runner
 from shardcron.listeners import JobListener, load_listeners
 from shardcron.metrics import Metrics
-from shardcron.misfires import MissedFires
+from shardcron.misfires import MissedFires, RepeatedLines
 from shardcron.model import ExecutionSource, default_instance_id, local_ip, some
 from shardcron.paths import instance_ip
 from shardcron.registration import GROUP_SIZE, start_together
@@ -139,6 +139,7 @@ class Scheduler:
         self._coordinator: EventThread | None = None
         self._commits = GroupCommit(self.registry, self)
         self._missed = MissedFires()
+        self._repeated = RepeatedLines()
         self._loop = AsyncLoop()
         self._timer = threading.Condition()
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -265,6 +266,7 @@ class Scheduler:
                 error_handler=error_handler,
                 commits=self._commits,
                 missed=self._missed,
+                repeated=self._repeated,
             )
         except ShardcronError as exc:
             log.error("%s", exc)
