@@ -884,6 +884,12 @@ def test_jobs_due_together_compute_their_next_fire_once_and_each_instant_its_own
     assert trigger.next_fire(datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)) is first
     assert trigger.next_fire(first) == datetime(2026, 3, 1, 12, 0, 10, tzinfo=UTC)
     assert trigger.next_fire(at) == first
+    # The jobs of a late tick each ask from their own instant of a second: one answer.
+    instants = [at + timedelta(microseconds=us) for us in (1, 300_000, 999_999)]
+    assert all(trigger.next_fire(t) is first for t in instants)
+    # Many seconds later (the memo is bounded and starts over), answers are still right.
+    walked = [trigger.next_fire(at + timedelta(seconds=s, microseconds=5)) for s in range(200)]
+    assert walked == [at + timedelta(seconds=5 * (s // 5 + 1)) for s in range(200)]
     # Equal local times of a repeated hour are different instants (fold): none is kept.
     zoned = CronTrigger.parse("0 30 * * * ?", "Europe/Berlin")
     berlin = ZoneInfo("Europe/Berlin")

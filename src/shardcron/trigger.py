@@ -43,6 +43,8 @@ _SECOND = timedelta(seconds=1)
 # How far ahead next_fire looks for an expression with no year field before giving up.
 _HORIZON_YEARS = 100
 _LAST_SEARCH_YEAR = 9998
+_MAX_ANSWERS = 64
+_UNKNOWN = datetime(1, 1, 1, tzinfo=UTC)  # compared by identity: never an answer
 
 _QUARTZ_HINT = "use a Quartz expression like '0/5 * * * * ?'"
 _UNIX_HINT = "use a Unix expression like '*/5 * * * *'"
@@ -56,10 +58,12 @@ class CronTrigger:
     time_zone: tzinfo
     _schedule: _Schedule = field(init=False, repr=False, compare=False)
     _fixed_offset: timedelta | None = field(init=False, repr=False, compare=False)
-    # The last answer of next_fire: the jobs sharing this trigger (see parse) ask for the
-    # same instant in the same tick, thousands of times in a busy second.
-    _last: tuple[datetime, datetime | None] | None = field(
-        init=False, repr=False, compare=False, default=None
+    # next_fire's recent answers, by whole second (see next_fire): the jobs sharing this
+    # trigger (see parse) ask the same few questions in a tick, thousands of times in a
+    # busy second, and more when it runs late (each late job also counts the fires it
+    # dropped, one question per second it walks).
+    _answers: dict[datetime, datetime | None] = field(
+        init=False, repr=False, compare=False, default_factory=dict
     )
 
     def __post_init__(self) -> None:
@@ -89,11 +93,17 @@ class CronTrigger:
         """The first fire instant strictly after ``after`` (aware), in UTC; None if none."""
         if after.tzinfo is not UTC:  # equal local times may differ in fold: not kept
             return self._next_fire(after)
-        last = self._last  # one read: another thread may replace it meanwhile
-        if last is not None and last[0] == after:
-            return last[1]
-        found = self._next_fire(after)
-        object.__setattr__(self, "_last", (after, found))
+        # Fires fall on whole seconds, so any instant of a second has the same next fire
+        # as the second itself; the jobs of a late tick each ask from a different instant.
+        second = after.replace(microsecond=0)
+        answers = self._answers
+        known = answers.get(second, _UNKNOWN)  # one read: another thread may clear it
+        if known is not _UNKNOWN:
+            return known
+        found = self._next_fire(second)
+        if len(answers) >= _MAX_ANSWERS:
+            answers.clear()  # the seconds asked about move on with the clock
+        answers[second] = found
         return found
 
     def _next_fire(self, after: datetime) -> datetime | None:
