@@ -393,12 +393,11 @@ def test_stopping_twice_returns_at_once(server: MemoryServer) -> None:
 
 
 @pytest.fixture
-def gc_threshold() -> Iterator[tuple[int, int, int]]:
-    """The interpreter's default thresholds, put back after the test."""
+def gc_restored() -> Iterator[None]:
+    """The collector's thresholds as they were before the test."""
     before = gc.get_threshold()
-    gc.set_threshold(700, 10, 10)
     try:
-        yield (700, 10, 10)
+        yield
     finally:
         gc.set_threshold(*before)
 
@@ -414,9 +413,9 @@ def gc_threshold() -> Iterator[tuple[int, int, int]]:
         pytest.param(100, None, 700, 700, id="none-leaves-it"),
     ],
 )
+@pytest.mark.usefixtures("gc_restored")
 def test_a_started_worker_collects_young_garbage_less_often(
     server: MemoryServer,
-    gc_threshold: tuple[int, int, int],
     jobs: int,
     setting: int | None,
     preset: int,

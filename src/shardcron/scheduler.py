@@ -132,10 +132,10 @@ class Scheduler:
         process: nothing about them is written to the registry. ``strategies``,
         ``listener_types`` and ``error_handlers`` register the names jobs may use for
         them (see :mod:`shardcron.plugins`): registry values never name other code.
-        ``gc_threshold``: from :meth:`start` on, the process's cyclic garbage collector
-        collects its youngest generation every 10 allocations per job started, up to
-        this many, and never more often than the interpreter's 700 (see
-        ``gc.set_threshold``; a higher setting is kept); None leaves it as it is."""
+        ``gc_threshold``: from :meth:`start` on, the youngest generation of the process's
+        cyclic garbage collector has room for 10 allocations per job started, up to this
+        many (see ``gc.set_threshold``: below 71 jobs the interpreter's 700 stays, and a
+        higher setting is kept); None leaves the collector as it is."""
         if gc_threshold is not None and gc_threshold < 1:
             raise ConfigError(
                 "gc_threshold",
