@@ -64,16 +64,12 @@ CLAIM_LEAD_SECONDS = 0.04
 # room to spare (measured: about 0.1 ms); 10,000 jobs due together claim 2 s ahead.
 CLAIM_LEAD_PER_JOB_SECONDS = 0.0002
 MAX_CLAIM_LEAD_SECONDS = 2.0
-# The youngest generation of CPython's cyclic collector is collected every 700 container
-# allocations (net of frees) by default. A worker of thousands of jobs holds a million
-# tracked objects, and its fires' garbage, promoted at 700, triggered a full collection
-# every few seconds: pauses of up to 0.8 s that every fire of the moment waited for
-# (10-12 s of CPU in collections in a minute's herd bench of a 10,000-job worker). With
-# room for a tick's garbage, most of it dies young, by reference count, before a
-# collection sees it; full collections become rare, and still happen. The room grows
-# with the jobs, as a young collection scans what it holds (with room for 50,000, workers
-# of 3 jobs read a p99 lateness of 3.5-6.9 ms where 700 gave 2.0-2.5 ms), and it is
-# memory (at 50 per job, 100 jobs took 1 KiB more per job, near the 30 KiB budget).
+# Room in the cyclic collector's youngest generation (the interpreter's is 700 container
+# allocations). At 700, a worker of thousands of jobs promoted its fires' garbage and ran
+# full collections over a million objects every few seconds (pauses up to 0.8 s); with
+# room for a tick's garbage most of it dies young. The room grows with the jobs: a young
+# collection scans all it holds, and the garbage it waits for is memory. Measured in
+# docs/performance.md (twelfth session) and docs/deployment.md.
 GC_YOUNG_PER_JOB = 10
 GC_YOUNG_THRESHOLD = 50_000  # the most, by default (reached at 5,000 jobs)
 # Loud on purpose: a second process on its own embedded registry runs every item again.
