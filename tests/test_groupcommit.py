@@ -17,7 +17,7 @@ from shardcron.execution import Claiming, Completing, claim_ops
 from shardcron.groupcommit import GroupCommit
 from shardcron.model import ShardingContext
 from shardcron.paths import JobPaths
-from shardcron.registry import Create, Delete, Op, OpResult, Registry, TreeCache
+from shardcron.registry import Answer, Create, Delete, Op, Registry, TreeCache
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
 from shardcron.registry.zookeeper import ZooKeeperRegistry
 from shardcron.scheduler import Scheduler
@@ -58,6 +58,16 @@ class Coordinator:
     def run(self) -> None:
         while self.queue or self.later:
             (self.queue or self.later).pop(0)()
+
+    def run_until(self, done: Callable[[], bool]) -> None:
+        """Run the queue, with the answers that reach it from ZooKeeper's thread, until
+        ``done()``."""
+
+        def ran_and_done() -> bool:
+            self.run()
+            return done()
+
+        wait_until(ran_and_done, what="the answers")
 
 
 class Outcomes:
@@ -190,8 +200,8 @@ def test_a_lost_connection_reaches_every_request_of_the_chunk(registry: MemoryRe
         def __getattr__(self, name: str) -> object:
             return getattr(registry, name)
 
-        def transaction(self, ops: list[Op]) -> list[object]:
-            raise ConnectionLostError("connection lost")
+        def send_transaction(self, ops: list[Op], answer: Callable[[Answer], None]) -> None:
+            answer(ConnectionLostError("connection lost"))
 
     host = Coordinator()
     commits = GroupCommit(Down(), host)  # type: ignore[arg-type]
@@ -250,13 +260,13 @@ def test_new_jobs_reshard_together_with_the_group_commit_on_zookeeper(
     trips per job, and leave no ``processing`` node behind."""
     registry = ZooKeeperRegistry(zk_config(zookeeper, unique_namespace()))
     commits: list[list[Op]] = []
-    transaction = registry.transaction
+    send = registry.send_transaction
 
-    def recording(ops: Sequence[Op]) -> list[OpResult]:
+    def recording(ops: Sequence[Op], answer: Callable[[Answer], None]) -> None:
         commits.append(list(ops))
-        return transaction(ops)
+        send(ops, answer)
 
-    registry.transaction = recording  # type: ignore[method-assign]
+    registry.send_transaction = recording  # type: ignore[method-assign]
     scheduler = Scheduler(registry, instance_id="127.0.0.1@-@1")
     ran: set[str] = set()
     for n in range(20):
@@ -292,11 +302,11 @@ def test_a_tick_of_thousands_of_items_fits_few_requests_that_zookeeper_accepts(
     registry = ZooKeeperRegistry(zk_config(zookeeper, unique_namespace("a-long-namespace")))
     registry.start()
     sent: list[int] = []
-    transaction = registry.transaction
+    send = registry.send_transaction
 
-    def counting(ops: Sequence[Op]) -> list[OpResult]:
+    def counting(ops: Sequence[Op], answer: Callable[[Answer], None]) -> None:
         sent.append(len(ops))
-        return transaction(ops)
+        send(ops, answer)
 
     instance = "10.123.234.111@-@" + "7" * 40
     try:
@@ -307,7 +317,7 @@ def test_a_tick_of_thousands_of_items_fits_few_requests_that_zookeeper_accepts(
             registry.transaction([Create(paths.item(i), b"") for i in range(1, 100)])
             found[n] = paths
         cache = registry.tree_cache("/", lambda _e: None)
-        registry.transaction = counting  # type: ignore[method-assign]
+        registry.send_transaction = counting  # type: ignore[method-assign]
         host = Coordinator()
         commits = GroupCommit(registry, host)
         outcomes = Outcomes()
@@ -315,11 +325,11 @@ def test_a_tick_of_thousands_of_items_fits_few_requests_that_zookeeper_accepts(
         for n, paths in found.items():
             claims[n] = Claiming(cache, paths, list(range(100)), instance)
             commits.submit(claims[n], outcomes.then(f"claim{n}"))
-        host.run()
+        host.run_until(lambda: len(outcomes.errors) == 14)
         claimed, sent[:] = len(sent), []
         for n, paths in found.items():
             commits.submit(Completing(paths, claims[n].result.versions), outcomes.then(f"{n}"))
-        host.run()
+        host.run_until(lambda: len(outcomes.errors) == 28)
         completed = len(sent)
         left = [registry.stat(paths.running(0)) for paths in found.values()]
     finally:

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from shardcron.errors import NodeExistsError, NotEmptyError, TransactionError
+from shardcron.errors import NodeExistsError, NotEmptyError, RegistryError, TransactionError
 from shardcron.registry import (
+    Answer,
     Check,
     Create,
     Delete,
@@ -97,6 +98,39 @@ def test_transaction_with_failing_op_changes_nothing(backend: Backend) -> None:
     assert reg.stat("/job/sharding/1/running") is None
     assert reg.get("/job/sharding/0/running") == b"other"
     assert reg.stat("/job/sharding/1") is not None
+
+
+def test_transactions_sent_without_waiting_apply_in_order_and_each_answers(
+    backend: Backend,
+) -> None:
+    reg = backend.session()
+    reg.put("/job/sharding/0", b"")
+    reg.put("/job/sharding/1", b"")
+    answers: list[Answer] = []
+    sent: list[list[Op]] = [
+        [Create("/job/sharding/0/running", b"me")],
+        [Create("/job/sharding/1/running", b"me"), Create("/job/sharding/0/running", b"me")],
+        [SetData("/job/sharding/0/running", b"again")],
+    ]
+    for ops in sent:
+        reg.send_transaction(ops, answers.append)
+    wait_until(lambda: len(answers) == 3, what="three answers")
+    first, refused, third = answers
+    assert first == ["/job/sharding/0/running"]
+    assert isinstance(refused, TransactionError) and refused.index == 1
+    assert isinstance(refused.cause, NodeExistsError)
+    assert isinstance(third, list) and isinstance(third[0], Stat) and third[0].version == 1
+    assert reg.stat("/job/sharding/1/running") is None  # the refused one applied nothing
+    assert reg.get("/job/sharding/0/running") == b"again"
+
+
+def test_a_transaction_sent_on_a_closed_session_answers_with_an_error(backend: Backend) -> None:
+    reg = backend.session()
+    reg.close()
+    answers: list[Answer] = []
+    reg.send_transaction([Create("/job/x")], answers.append)
+    wait_until(lambda: answers, what="an answer")
+    assert isinstance(answers[0], RegistryError)
 
 
 def test_ephemeral_nodes_vanish_when_session_closes(backend: Backend) -> None:

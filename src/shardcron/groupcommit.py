@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from shardcron.errors import RegistryError, TransactionError
-from shardcron.registry import Op, Registry, fitting, prefix_bytes
+from shardcron.registry import Answer, Op, Registry, fitting, prefix_bytes
 
 if TYPE_CHECKING:
     from shardcron.fire import Host
@@ -129,35 +129,43 @@ class GroupCommit:
                     _call(then, None)
             chunk = [(r, t) for r, t in chunk if r.ops()]
             if chunk:
-                queue = self._send(chunk) + queue
+                self._send(chunk)
 
-    def _send(self, chunk: list[tuple[Request, Then]]) -> list[tuple[Request, Then]]:
-        """Send one chunk; returns the requests to send again."""
+    def _send(self, chunk: list[tuple[Request, Then]]) -> None:
+        """Send one chunk without waiting: the coordinator goes on with the fires due
+        meanwhile, and reads the answer once it is its turn."""
         slices = [request.ops() for request, _ in chunk]
-        try:
-            results = self.registry.transaction([op for ops in slices for op in ops])
-        except TransactionError as exc:
-            index = exc.index
+        self.registry.send_transaction(
+            [op for ops in slices for op in ops],
+            lambda answer: self.host.coordinate(lambda: self._answered(chunk, slices, answer)),
+        )
+
+    def _answered(
+        self, chunk: list[tuple[Request, Then]], slices: list[list[Op]], answer: Answer
+    ) -> None:
+        if isinstance(answer, TransactionError):
+            index = answer.index
             for n, (request, then) in enumerate(chunk):
                 if index < len(slices[n]):
-                    if request.refused(index, exc.cause):
-                        return chunk
-                    _call(then, TransactionError(index, exc.op, exc.cause))
-                    return chunk[:n] + chunk[n + 1 :]
+                    if not request.refused(index, answer.cause):
+                        _call(then, TransactionError(index, answer.op, answer.cause))
+                        del chunk[n]
+                    self._queue[:0] = chunk  # the rest again, ahead of anything newer
+                    self._flush_soon()
+                    return
                 index -= len(slices[n])
-            failure: RegistryError = exc  # an op outside the transaction: nobody's to retry
-        except RegistryError as exc:
-            failure = exc
+            failure: RegistryError = answer  # an op outside the transaction: nobody's to retry
+        elif isinstance(answer, RegistryError):
+            failure = answer
         else:
             start = 0
             for n, (request, then) in enumerate(chunk):
-                request.applied(results[start : start + len(slices[n])])
+                request.applied(answer[start : start + len(slices[n])])
                 start += len(slices[n])
                 _call(then, None)
-            return []
+            return
         for _, then in chunk:
             _call(then, failure)
-        return []
 
 
 def _call(then: Then, error: RegistryError | None) -> None:

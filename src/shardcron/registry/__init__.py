@@ -90,6 +90,9 @@ class Check:
 Op = Create | SetData | Delete | Check
 # A committed op's result: the created path, the new Stat of a SetData, or None.
 OpResult = str | Stat | None
+# What a transaction sent without waiting comes back as: its results, or the error
+# ``transaction`` would have raised.
+Answer = list[OpResult] | RegistryError
 
 # ZooKeeper rejects requests over jute.maxbuffer (1 MiB by default, and the same limit
 # holds for the transaction it logs and sends to followers): a quarter of it is headroom.
@@ -114,6 +117,14 @@ def op_bytes(op: Op, prefix: int) -> int:
 def prefix_bytes(registry: Registry) -> int:
     """What ``registry`` adds to every path of a request (``/{namespace}``), in bytes."""
     return len(registry.namespace.encode()) + 1
+
+
+def settle(transaction: Callable[[], list[OpResult]]) -> Answer:
+    """Run ``transaction`` now, for a registry whose answer is at hand."""
+    try:
+        return transaction()
+    except RegistryError as exc:
+        return exc
 
 
 def fitting(groups: Iterable[Sequence[Op]], prefix: int, max_ops: float = float("inf")) -> int:
@@ -214,6 +225,12 @@ class Registry(Protocol):
 
     def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
         """Apply all ops or none. :raises TransactionError: naming the failing op."""
+        ...
+
+    def send_transaction(self, ops: Sequence[Op], answer: Callable[[Answer], None]) -> None:
+        """:meth:`transaction` without waiting: ``answer`` gets what it would have returned
+        or raised, on the thread the answer arrives on (the embedded registry answers
+        before returning). Transactions of one session apply in the order they were sent."""
         ...
 
     def tree_cache(

@@ -25,6 +25,7 @@ from shardcron.errors import (
     TransactionError,
 )
 from shardcron.registry import (
+    Answer,
     CacheSpec,
     Check,
     Create,
@@ -36,6 +37,7 @@ from shardcron.registry import (
     SessionState,
     SetData,
     Stat,
+    settle,
 )
 from shardcron.registry.cache import CacheIndex, EventSink, EventThread, LocalTree, is_below
 from shardcron.registry.memoryserver import MemoryServer
@@ -266,6 +268,9 @@ class MemoryRegistry:
 
     def lock(self, path: str) -> MemoryLock:
         return MemoryLock(self, path)
+
+    def send_transaction(self, ops: Sequence[Op], answer: Callable[[Answer], None]) -> None:
+        answer(settle(lambda: self.transaction(ops)))
 
     def server_time(self, path: str) -> float:
         self.put(path, b"")

@@ -28,6 +28,7 @@ from shardcron.errors import (
     TransactionError,
 )
 from shardcron.registry import (
+    Answer,
     CacheSpec,
     NodeListener,
     Op,
@@ -35,6 +36,7 @@ from shardcron.registry import (
     SessionListener,
     SessionState,
     Stat,
+    settle,
     zkwire,
 )
 from shardcron.registry.zkcache import ZooKeeperCaches, ZooKeeperTreeCache
@@ -328,23 +330,24 @@ class ZooKeeperRegistry:
             self.client.retry(delete_once)
 
     def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
-        request = zkwire.transaction(ops, self._caches.full, self.client.default_acl)
         with _errors("transaction"):
-            answer = self.client.handler.async_result()
-            self.client._call(request, answer)
-            raw = answer.get()
-        results: list[OpResult] = []
-        for index, (op, result) in enumerate(zip(ops, raw, strict=True)):
-            if isinstance(result, Exception) and not isinstance(result, kx.RolledBackError):
-                raise TransactionError(index, op, _translate(result, op.path))
-            if isinstance(result, Exception):
-                continue
-            results.append(
-                result if isinstance(result, str) else _stat(result) if result is not True else None
-            )
-        if len(results) != len(ops):
-            raise RegistryError("transaction rolled back without naming a failing op")
-        return results
+            return _results(ops, self._send(ops).get())
+
+    def send_transaction(self, ops: Sequence[Op], answer: Callable[[Answer], None]) -> None:
+        def arrived(sent: Any) -> None:  # on kazoo's completion thread
+            def read() -> list[OpResult]:
+                with _errors("transaction"):
+                    return _results(ops, sent.get())
+
+            answer(settle(read))
+
+        self._send(ops).rawlink(arrived)
+
+    def _send(self, ops: Sequence[Op]) -> Any:
+        request = zkwire.transaction(ops, self._caches.full, self.client.default_acl)
+        sent = self.client.handler.async_result()
+        self.client._call(request, sent)
+        return sent
 
     # -- caches, locks, time -------------------------------------------------------------
 
@@ -373,6 +376,21 @@ class ZooKeeperRegistry:
                 self._create(path, b"")
                 zstat = self.client.exists(path)
         return float(zstat.mtime) / 1000
+
+
+def _results(ops: Sequence[Op], raw: list[Any]) -> list[OpResult]:
+    results: list[OpResult] = []
+    for index, (op, result) in enumerate(zip(ops, raw, strict=True)):
+        if isinstance(result, Exception) and not isinstance(result, kx.RolledBackError):
+            raise TransactionError(index, op, _translate(result, op.path))
+        if isinstance(result, Exception):
+            continue
+        results.append(
+            result if isinstance(result, str) else _stat(result) if result is not True else None
+        )
+    if len(results) != len(ops):
+        raise RegistryError("transaction rolled back without naming a failing op")
+    return results
 
 
 class _ZooKeeperLock:

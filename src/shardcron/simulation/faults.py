@@ -23,6 +23,7 @@ from typing import TypeVar
 from shardcron.errors import ConnectionLostError, RegistryError
 from shardcron.paths import JobPaths, job_of
 from shardcron.registry import (
+    Answer,
     CacheSpec,
     Check,
     Create,
@@ -35,6 +36,7 @@ from shardcron.registry import (
     SetData,
     Stat,
     TreeCache,
+    settle,
 )
 from shardcron.registry.memory import MemoryRegistry
 
@@ -225,6 +227,9 @@ class FaultyRegistry:
 
     def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
         return self._call("transaction", ops, lambda: self.inner.transaction(ops))
+
+    def send_transaction(self, ops: Sequence[Op], answer: Callable[[Answer], None]) -> None:
+        answer(settle(lambda: self.transaction(ops)))
 
     def server_time(self, path: str) -> float:
         return self._call("server_time", [SetData(path, b"")], lambda: self.inner.server_time(path))
