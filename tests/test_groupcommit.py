@@ -135,6 +135,39 @@ def test_the_jobs_due_in_one_tick_claim_and_complete_in_one_transaction_each(
         assert all(registry.stat(paths.running(i)) is None for i in (0, 1))
 
 
+def test_the_coordinator_goes_on_while_a_group_commit_waits_for_its_answer(
+    registry: MemoryRegistry,
+) -> None:
+    """A slow answer holds no other job's fire: the next tick's claims go out before the
+    first tick's answer is back, and each answer reaches its own requests."""
+    held: list[Callable[[], None]] = []
+
+    class SlowAnswers:
+        def __getattr__(self, name: str) -> object:
+            return getattr(registry, name)
+
+        def send_transaction(self, ops: list[Op], answer: Callable[[Answer], None]) -> None:
+            result = registry.transaction(ops)  # applied now, answered when released
+            held.append(lambda: answer(result))
+
+    host = Coordinator()
+    commits = GroupCommit(SlowAnswers(), host)  # type: ignore[arg-type]
+    found = jobs(registry, "ab")
+    first = Claiming(found["a"][1], found["a"][0], [0, 1], ME)
+    second = Claiming(found["b"][1], found["b"][0], [0, 1], ME)
+    outcomes = Outcomes()
+    commits.submit(first, outcomes.then("a"))
+    host.run()
+    commits.submit(second, outcomes.then("b"))
+    host.run()
+    assert len(held) == 2 and outcomes.errors == {}  # both out, neither answered
+    for release in held:
+        release()
+    host.run()
+    assert outcomes.errors == {"a": None, "b": None}
+    assert first.result.items == second.result.items == [0, 1]
+
+
 def test_an_item_running_elsewhere_costs_only_its_own_job_that_item(
     registry: MemoryRegistry,
 ) -> None:
