@@ -16,7 +16,7 @@ from shardcron import healing, plugins
 from shardcron.admin import Admin, JobStatus
 from shardcron.config import JobConfig
 from shardcron.errors import ConfigError, ConnectionLostError
-from shardcron.healing import Healer
+from shardcron.healing import MAX_HEALS_PER_SECOND, Healer
 from shardcron.model import ShardingContext, item_ranges, some
 from shardcron.paths import JobPaths
 from shardcron.registry import Op, OpResult
@@ -439,3 +439,22 @@ def test_a_started_worker_collects_young_garbage_less_often(
 def test_a_gc_threshold_that_is_not_a_count_is_refused() -> None:
     with pytest.raises(ConfigError, match="gc_threshold: 0 is not a number of allocations"):
         Scheduler("memory://life", instance_id=A, gc_threshold=0)
+
+
+@pytest.mark.parametrize(("jobs", "every"), [(3, 2.0), (2500, 2.5)])
+def test_a_worker_of_thousands_of_jobs_heals_each_less_often(
+    server: MemoryServer, jobs: int, every: float
+) -> None:
+    """Each job heals every 2 s, but a worker heals at most 1,000 jobs a second: the quiet
+    heals of 10,000 jobs every 2 s took an eighth of a core and doubled a herd's lateness."""
+    scheduler = Scheduler(MemoryRegistry(server, "life"), instance_id=A)
+    rare = JobConfig(job_name="rare", cron="0 0 0 1 1 ? 2099", sharding_total_count=1)
+    for n in range(jobs):
+        scheduler.add_job(dataclasses.replace(rare, job_name=f"rare{n}"), noop)
+    scheduler.start()
+    try:
+        periods = {runtime.heal_every() for runtime in scheduler.runtimes.values()}
+    finally:
+        scheduler.stop(grace=1.0)
+    assert periods == {every}
+    assert jobs / every <= MAX_HEALS_PER_SECOND

@@ -93,6 +93,7 @@ class JobRuntime:
         *,
         workers: int,
         lead: Callable[[], float] = lambda: 0.0,
+        heal_every: Callable[[], float] = lambda: healing.HEAL_SECONDS,
         on_detach: Callable[[JobRuntime], None] = lambda _rt: None,
         observers: list[Observer] | None = None,
         listeners: list[JobListener] | None = None,
@@ -109,6 +110,7 @@ class JobRuntime:
         self.host = host
         self.workers = workers
         self.lead = lead  # how long before a fire its items are claimed
+        self.heal_every = heal_every  # seconds between two heal ticks
         # Shared by the process's jobs, so those due in one tick claim in one multi-op.
         self.commits = commits or GroupCommit(registry, host)
         self.missed = missed or MissedFires()  # shared by the process's jobs, as commits

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from shardcron import plugins
+from shardcron import healing, plugins
 from shardcron.dump import DumpServer
 from shardcron.errorhandlers import make_error_handler
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
@@ -283,6 +283,7 @@ class Scheduler:
                 self,
                 workers=workers_for(config),
                 lead=self._claim_lead,
+                heal_every=lambda: healing.heal_seconds(len(self.runtimes)),
                 on_detach=self._detached,
                 observers=self.observers,
                 listeners=listeners,
