@@ -23,6 +23,7 @@ The protocol, all on the coordinator thread:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -80,14 +81,24 @@ class GroupCommit:
         self.registry = registry
         self.host = host
         self._queue: list[tuple[Request, Then]] = []
+        self._ops = 0  # in the queue
         self._soon = self._later = False  # a flush is queued on the coordinator / armed
         self._running = 0  # claimed fires whose completion has not been submitted yet
 
     def submit(self, request: Request, then: Then) -> None:
         """Queue ``request``; it goes out once the coordinator has run what is queued there
-        now (the jobs due in this tick); ``then`` runs on the coordinator once it settled."""
-        self._queue.append((request, then))
+        now (the jobs due in this tick), or at once with a chunk it fills. ``then`` runs on
+        the coordinator once it settled, never inside ``submit``."""
+        self._enqueue(request, then)
         self._flush_soon()
+
+    def _enqueue(self, request: Request, then: Then) -> None:
+        self._queue.append((request, then))
+        self._ops += len(request.ops())
+        if self._ops >= MAX_CHUNK_OPS:
+            # Full chunks go out now: ZooKeeper applies them while the coordinator prepares
+            # the rest of the tick (10,000 jobs take it half a second).
+            self.flush(whole_chunks=True)
 
     def claimed(self) -> None:
         """A claimed fire runs: its completion is expected."""
@@ -97,7 +108,7 @@ class GroupCommit:
         """Like :meth:`submit`, for a fire's completion: it waits for the completions of
         the other fires running here, up to :data:`COMPLETION_WAIT_SECONDS`, so the items
         of one tick complete in one transaction too."""
-        self._queue.append((request, then))
+        self._enqueue(request, then)
         self._running = max(0, self._running - 1)
         if self._running == 0:
             self._flush_soon()
@@ -118,18 +129,23 @@ class GroupCommit:
         self._later = False
         self.flush()
 
-    def flush(self) -> None:
+    def flush(self, whole_chunks: bool = False) -> None:
+        """Send what is queued; with ``whole_chunks``, only the chunks that are full."""
         queue, self._queue = self._queue, []
         prefix = prefix_bytes(self.registry)
         while queue:
             n = fitting((request.ops() for request, _ in queue), prefix, MAX_CHUNK_OPS)
+            if whole_chunks and n == len(queue):
+                break
             chunk, queue = queue[:n], queue[n:]
             for request, then in chunk:
                 if not request.ops():
-                    _call(then, None)
+                    self.host.coordinate(functools.partial(_call, then, None))
             chunk = [(r, t) for r, t in chunk if r.ops()]
             if chunk:
                 self._send(chunk)
+        self._queue = queue
+        self._ops = sum(len(request.ops()) for request, _ in queue)
 
     def _send(self, chunk: list[tuple[Request, Then]]) -> None:
         """Send one chunk without waiting: the coordinator goes on with the fires due
@@ -151,6 +167,7 @@ class GroupCommit:
                         _call(then, TransactionError(index, answer.op, answer.cause))
                         del chunk[n]
                     self._queue[:0] = chunk  # the rest again, ahead of anything newer
+                    self._ops += sum(len(r.ops()) for r, _ in chunk)
                     self._flush_soon()
                     return
                 index -= len(slices[n])
