@@ -5,7 +5,10 @@ A process's jobs due in the same tick do not send a transaction each. They hand 
 by then as one transaction once the coordinator has run what is due now (cut into chunks
 under ZooKeeper's request size limit), so a tick costs one round trip for the claims of
 all jobs due in it, whatever the number of jobs. A completion waits (briefly) for those
-of the other fires running in the process, so they go out together too.
+of the other fires running in the process, so they go out together too. A chunk that
+fills goes out at once, while the coordinator prepares the rest of the tick; the
+coordinator never waits for an answer, it reads it when its turn comes (ZooKeeper
+applies a session's transactions in the order they were sent).
 
 The protocol, all on the coordinator thread:
 
