@@ -283,7 +283,7 @@ class Scheduler:
                 self,
                 workers=workers_for(config),
                 lead=self._claim_lead,
-                heal_every=lambda: healing.heal_seconds(len(self.runtimes)),
+                heal_every=self._heal_every,
                 on_detach=self._detached,
                 observers=self.observers,
                 listeners=listeners,
@@ -437,6 +437,9 @@ class Scheduler:
         claims share one registry connection."""
         per_job = CLAIM_LEAD_PER_JOB_SECONDS * len(self.runtimes)
         return min(MAX_CLAIM_LEAD_SECONDS, CLAIM_LEAD_SECONDS + per_job)
+
+    def _heal_every(self) -> float:
+        return healing.heal_seconds(len(self.runtimes))
 
     def _detached(self, runtime: JobRuntime) -> None:
         """An operator shut the job down here, or removed it: it may be added again."""
