@@ -47,6 +47,35 @@ CLAIM_LEAD_STEP_SECONDS = 0.025
 _NOT_READ: tuple[tuple[int, int], tuple[int, ...]] = ((-1, -1), ())
 
 
+# One condition for the idle flags of every job of the process: a threading.Event per job
+# cost 0.8 KiB (its condition's waiter deque), most of a job's budget of 30 KiB.
+_IDLE_CHANGED = threading.Condition()
+
+
+class IdleFlag:
+    """Set while no item of a job runs here: a :class:`threading.Event` for its users."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        with _IDLE_CHANGED:
+            self._set = True
+            _IDLE_CHANGED.notify_all()
+
+    def clear(self) -> None:
+        self._set = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with _IDLE_CHANGED:
+            return _IDLE_CHANGED.wait_for(self.is_set, timeout)
+
+
 @dataclass(slots=True)
 class _Pending:
     """A fire waiting for resharding to finish."""
@@ -60,8 +89,7 @@ class Firing:
     def __init__(self, rt: JobRuntime, path: FirePath) -> None:
         self.rt = rt
         self.path = path
-        self.idle = threading.Event()  # set while no item of this job runs here
-        self.idle.set()
+        self.idle = IdleFlag()
         self._timer = 0  # bumped to cancel the armed fire
         self._reserved: set[int] = set()  # items claimed or being claimed here
         self._fires: list[Fire] = []  # fires in flight (running, or completion pending)

@@ -19,7 +19,6 @@ A fire reads only the local cache. It costs two round trips when the instance ha
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from shardcron import election, healing, membership, sharding, stopmark
@@ -36,7 +35,7 @@ from shardcron.events import (
     Observer,
 )
 from shardcron.fire import ErrorHandler, FirePath, Host
-from shardcron.firing import Firing
+from shardcron.firing import Firing, IdleFlag
 from shardcron.groupcommit import GroupCommit
 from shardcron.jobconfig import JobConfig
 from shardcron.jobs import ItemRunner
@@ -162,7 +161,7 @@ class JobRuntime:
         return self.firing.running_items
 
     @property
-    def idle(self) -> threading.Event:
+    def idle(self) -> IdleFlag:
         return self.firing.idle
 
     def emit(self, event: Event) -> None:
