@@ -53,7 +53,8 @@ _IDLE_CHANGED = threading.Condition()
 
 
 class IdleFlag:
-    """Set while no item of a job runs here: a :class:`threading.Event` for its users."""
+    """Set while no item of a job runs here; its users treat it as a
+    :class:`threading.Event` (``is_set``, ``set``, ``clear``, ``wait``)."""
 
     __slots__ = ("_set",)
 
