@@ -330,16 +330,11 @@ class ZooKeeperRegistry:
             self.client.retry(delete_once)
 
     def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
-        with _errors("transaction"):
-            return _results(ops, self._send(ops).get())
+        return _results(ops, self._send(ops))
 
     def send_transaction(self, ops: Sequence[Op], answer: Callable[[Answer], None]) -> None:
         def arrived(sent: Any) -> None:  # on kazoo's completion thread
-            def read() -> list[OpResult]:
-                with _errors("transaction"):
-                    return _results(ops, sent.get())
-
-            answer(settle(read))
+            answer(settle(lambda: _results(ops, sent)))
 
         self._send(ops).rawlink(arrived)
 
@@ -378,7 +373,10 @@ class ZooKeeperRegistry:
         return float(zstat.mtime) / 1000
 
 
-def _results(ops: Sequence[Op], raw: list[Any]) -> list[OpResult]:
+def _results(ops: Sequence[Op], sent: Any) -> list[OpResult]:
+    """The results of the transaction ``sent`` (kazoo's async result), once it arrives."""
+    with _errors("transaction"):
+        raw = sent.get()
     results: list[OpResult] = []
     for index, (op, result) in enumerate(zip(ops, raw, strict=True)):
         if isinstance(result, Exception) and not isinstance(result, kx.RolledBackError):
