@@ -198,6 +198,29 @@ def test_tree_cache_loads_and_follows_changes(backend: Backend) -> None:
     cache.close()
 
 
+def test_a_caches_values_version_moves_with_values_not_flags(backend: Backend) -> None:
+    """What is read from values alone (the items' owners, on every fire) is kept while
+    the values' version stands: the claims of every fire, empty flags, leave it alone."""
+    writer, reader = backend.session(), backend.session()
+    writer.put("/job/sharding/0/instance", b"a")
+    events: list[NodeEvent] = []
+    cache = reader.tree_cache("/job", events.append, skip_data=lambda p: p.endswith("/running"))
+    owners = cache.values_version
+    writer.transaction([Create("/job/sharding/0/running", b"a")])
+    writer.delete("/job/sharding/0/running")
+    writer.put("/job/sharding/1", b"")
+    wait_until(lambda: len(events) >= 3, what="the flags' events")
+    assert cache.values_version == owners
+    writer.put("/job/sharding/0/instance", b"b")
+    wait_until(lambda: cache.get("/job/sharding/0/instance") == b"b", what="the new owner")
+    assert cache.values_version != owners
+    owners = cache.values_version
+    writer.delete("/job/sharding/0", recursive=True)
+    wait_until(lambda: not cache.exists("/job/sharding/0"), what="the item gone")
+    assert cache.values_version != owners
+    cache.close()
+
+
 def test_caches_loaded_together_each_hold_and_follow_their_own_subtree(
     backend: Backend,
 ) -> None:

@@ -78,6 +78,9 @@ class Fire:
     waiting: deque[ShardingContext] = field(default_factory=deque)
     active: int = 0
     ended: bool = False  # the after listeners and the final status were sent
+    # A fire of these items due while this one's completion was on its way: (source,
+    # second, items), claimed once the completion is applied (see Firing.fire).
+    follow: tuple[ExecutionSource, float, list[int]] | None = None
 
 
 @dataclass

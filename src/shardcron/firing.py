@@ -120,6 +120,15 @@ class Firing:
     def reserved(self, item: int) -> bool:
         return item in self._reserved
 
+    def holds(self, item: int) -> bool:
+        """Whether a claim of ``item`` by this instance went through and its completion is
+        not applied yet (read from the event thread too: a hint). The lease of such an item
+        goes only with that completion, or with this instance's session."""
+        for fire in self._fires:  # a loop, not any(): called for every lease removed
+            if item in fire.claim.versions:
+                return True
+        return False
+
     def stop(self) -> None:
         """No new fire; hand back claims made ahead of a second that has not come."""
         self._timer += 1
@@ -225,8 +234,12 @@ class Firing:
         source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER,
         only: list[int] | None = None,
         start_at: float | None = None,
+        trust_cache: bool = True,
     ) -> None:
-        """Claim this instance's items now and run them at ``start_at`` (or at once)."""
+        """Claim this instance's items now and run them at ``start_at`` (or at once).
+        Without ``trust_cache``, items the cache shows running are claimed all the same
+        (the registry refuses those still running): the cache may still show the claim
+        this instance has just completed."""
         when = self.rt.host.now() if start_at is None else start_at
         if self.rt.stopped:
             return
@@ -247,13 +260,30 @@ class Firing:
                 return
             items = self._fire_items(only)
             busy = [i for i in items if i in self._reserved]
+            followed = self._follow(busy, source, when)
+            busy = [i for i in busy if i not in followed]
             if busy:
                 self.misfires.skip(busy, "still running from an earlier fire")
             free = [i for i in items if i not in self._reserved]
             if free:
-                self._claim_and_run(free, source, when)
+                self._claim_and_run(free, source, when, trust_cache)
         except ShardcronError as exc:  # registry faults, a broken custom strategy
             self._report(exc)
+
+    def _follow(self, items: list[int], source: ExecutionSource, when: float) -> set[int]:
+        """Those of ``items`` whose run has returned and whose completion is on its way:
+        this fire claims them once that completion is applied, a moment late, instead of
+        skipping them as still running. An overloaded worker, or a run that ends just
+        before the second, would otherwise flag a misfire, and take the flag back, for
+        every fire: two more writes and a later run of each. One fire follows each."""
+        followed: set[int] = set()
+        for fire in self._fires:
+            if fire.ended and fire.follow is None:
+                mine = [i for i in fire.items if i in items]
+                if mine:
+                    fire.follow = (source, when, mine)
+                    followed.update(mine)
+        return followed
 
     def _report(self, error: ShardcronError) -> None:
         self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)
@@ -293,9 +323,10 @@ class Firing:
 
     def local_items(self, only: list[int] | None) -> list[int]:
         # Read every fire and heal, a walk over all the job's items: kept while the cache
-        # shows the same contents (its version, read before the walk, says so).
+        # shows the same owners (its values' version, read before the walk, says so; the
+        # claims of every fire change only flags).
         cache, total = self.rt.cache, self.rt.config.sharding_total_count
-        key = (cache.version, total)
+        key = (cache.values_version, total)
         if key != self._local[0]:
             mine = sharding.local_items(cache, self.rt.paths, self.rt.instance, total)
             self._local = (key, tuple(mine))
@@ -341,14 +372,18 @@ class Firing:
     def _release(self, items: list[int]) -> None:
         self._reserved.difference_update(items)
 
-    def _claim_and_run(self, items: list[int], source: ExecutionSource, when: float) -> None:
+    def _claim_and_run(
+        self, items: list[int], source: ExecutionSource, when: float, trust_cache: bool = True
+    ) -> None:
         fire = Fire(items, execution.Claim(items=list(items)), source, self.rt.registry.session_id)
         self._reserve(items)
         self._fires.append(fire)
         if not self.rt.config.monitor_execution:
             self._claimed(fire, when)
             return
-        request = execution.Claiming(self.rt.cache, self.rt.paths, items, self.rt.instance)
+        request = execution.Claiming(
+            self.rt.cache, self.rt.paths, items, self.rt.instance, trust_cache=trust_cache
+        )
         self._claiming.append(fire)
 
         def then(error: RegistryError | None) -> None:
@@ -492,6 +527,9 @@ class Firing:
         self._drop(fire)
         if self.rt.stopped:
             return
+        if fire.follow is not None:
+            source, when, items = fire.follow
+            self.fire(source, items, when, trust_cache=False)
         if fire.source is not ExecutionSource.FAILOVER:
             self.misfires.rerun(fire.items)
         self.failover_pass(phase=1)

@@ -389,7 +389,13 @@ class JobRuntime:
             # An item node's version bump (a claim), or a layout creating or dropping it
             # (thousands at once, on every instance): nothing in it to react to.
             return False
-        return not (leaf == "lease" and kind is EventType.ADDED)
+        if leaf == "lease":
+            if kind is EventType.ADDED:
+                return False
+            # Our own completion removed it (every fire of every job): nothing to look at.
+            parsed = self.paths.parse_item(path.removesuffix("/lease"))
+            return parsed is None or not self.firing.holds(parsed[0])
+        return True
 
     def guarded(self, fn: Callable[[], object], what: str) -> None:
         """Run a reaction; a failure (registry down, an operator's malformed config) is

@@ -157,6 +157,13 @@ class TreeCache(Protocol):
         """Changes with every change the copy takes: an equal version, equal contents."""
         ...
 
+    @property
+    def values_version(self) -> int:
+        """Changes with every change to a non-empty value: a node holding one appears,
+        changes or goes. Flags (empty nodes) leave it alone, so what is read from values
+        alone (an item's owner) stays valid while it is equal."""
+        ...
+
 
 class Lock(Protocol):
     """A distributed mutex held by this session; released if the session ends."""

@@ -99,6 +99,7 @@ class LocalTree:
         self._data: dict[str, bytes] = {}
         self._children: dict[str, set[str]] = {}
         self.version = 0  # bumped by every change: an equal version means equal contents
+        self.values_version = 0  # bumped by every change to a value (see TreeCache)
         self.closed = False
 
     # -- reads (any thread) -------------------------------------------------------------
@@ -137,6 +138,7 @@ class LocalTree:
                 with self._lock:
                     self._data[path] = data
                     self.version += 1
+                    self.values_version += 1
                 self._emit_one(NodeEvent(EventType.UPDATED, path, data))
             return
         parent = parent_of(path)
@@ -170,7 +172,8 @@ class LocalTree:
             if path not in self._data:
                 return
             for p in self._subtree(path):  # children before their parent
-                del self._data[p]
+                if self._data.pop(p):
+                    self.values_version += 1
                 self.version += 1
                 self._children.pop(p, None)
                 parent = parent_of(p)
@@ -206,6 +209,8 @@ class LocalTree:
     def _add(self, path: str, data: bytes) -> None:
         self._data[path] = data
         self.version += 1
+        if data:
+            self.values_version += 1
         # Leaves have no entry in _children, and the names (the same few in every job:
         # running, lease, instance...) are shared: 2 KiB less memory per job.
         if path != self.root:

@@ -363,6 +363,10 @@ class MemoryTreeCache:
     def version(self) -> int:
         return self._tree.version
 
+    @property
+    def values_version(self) -> int:
+        return self._tree.values_version
+
     def close(self) -> None:
         self._tree.close()
 

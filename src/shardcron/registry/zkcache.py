@@ -325,6 +325,10 @@ class ZooKeeperTreeCache:
     def version(self) -> int:
         return self.tree.version
 
+    @property
+    def values_version(self) -> int:
+        return self.tree.values_version
+
     def close(self) -> None:
         self.tree.closed = True
         self.caches.index.remove(self.tree.root, self)

@@ -8,11 +8,12 @@ Terms:
   killed, not stalled), its runtime for the job is not stopping, its session is
   connected, its ``instances/{id}`` node exists and its ``servers/{ip}`` is ENABLED. The
   world samples this at every fire time (``Probe``).
-* A **disturbance** is any injected fault (lost request, outage, expiry, cache lag,
-  crash, stall) or operator action, and the moments their effects end (a reconnect, a
-  resume, the end of a lag, a clean exit after a graceful stop). Its **shadow** is ``[d - period, d + session timeout
-  + 2 periods]``: the time a fault may take to be seen (a session ends only after the
-  timeout), repaired by the sweep (every ``HEAL_SECONDS``) and settled by the next fires.
+* A **disturbance** is any injected fault (lost request, outage, expiry, cache lag, slow
+  answers, crash, stall) or operator action, and the moments their effects end (a
+  reconnect, a resume, the end of a lag, a clean exit after a graceful stop). Its
+  **shadow** is ``[d - period, d + session timeout + 2 periods]``: the time a fault may
+  take to be seen (a session ends only after the timeout), repaired by the sweep (every
+  ``HEAL_SECONDS``) and settled by the next fires.
   An item-fire inside a shadow is expected to be re-run by failover (failover on) or
   skipped/misfired (failover off); which one is not asserted there, only I1 is.
 

@@ -110,6 +110,7 @@ class Cluster:
                 str(fault.timing), f"{node.name} {kind}"
             ),
             clock=lambda: self.world.now,
+            defer=self.world.at,
         )
         return Member(n, node.name, ip, node, SimHost(self.world, node), events, inner, registry)
 
@@ -269,6 +270,18 @@ class Cluster:
 
         def back() -> None:
             member.events.lag = 0.0
+            self.ledger.disturbances.append(self.world.now)
+
+        self.world.at(self.world.now + length, back)
+
+    def slow_answers(self, member: Member, delay: float, length: float) -> None:
+        """The member's transactions apply at once but are answered ``delay`` later (a
+        slow link, a busy server): its fires come while its completions are on their way."""
+        self.ledger.fault("slow-answers", f"{member.name} {delay:.2f}s for {length:.2f}s")
+        member.registry.answer_delay = delay
+
+        def back() -> None:
+            member.registry.answer_delay = 0.0
             self.ledger.disturbances.append(self.world.now)
 
         self.world.at(self.world.now + length, back)

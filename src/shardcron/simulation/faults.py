@@ -6,7 +6,8 @@ planted :class:`Fault` can fail it *before* it is applied or apply it and lose t
 connection drops for a drawn virtual delay (``MemoryRegistry.disconnect``). While it is
 down every request fails fast; if the outage outlasts the session timeout the server
 expires the session, and the client learns it on reconnecting (EXPIRED, a new session,
-CONNECTED). Expiry and cache lag are driven by the scenario (see ``scenario.py``).
+CONNECTED). Expiry, cache lag and slow answers are driven by the scenario (see
+``scenario.py``).
 
 :func:`kind_of` names the coordination request kind from the ops it carries, so the
 systematic fault points (``tests/test_fault_points.py``) can aim at one kind exactly.
@@ -138,9 +139,14 @@ class FaultyRegistry:
         on_break: Callable[[float], None],
         on_fault: Callable[[Fault, Kind], None] = lambda _f, _k: None,
         clock: Callable[[], float] = lambda: 0.0,
+        defer: Callable[[float, Callable[[], None]], None] | None = None,
     ) -> None:
         self.inner = inner
         self.clock = clock
+        self.defer = defer
+        # A slow link (see send_transaction): answers wait this long, and never overtake.
+        self.answer_delay = 0.0
+        self._answer_due = 0.0
         self.on_break = on_break
         self.on_fault = on_fault
         self.faults: list[Fault] = []
@@ -229,7 +235,14 @@ class FaultyRegistry:
         return self._call("transaction", ops, lambda: self.inner.transaction(ops))
 
     def send_transaction(self, ops: Sequence[Op], answer: Callable[[Answer], None]) -> None:
-        answer(settle(lambda: self.transaction(ops)))
+        result = settle(lambda: self.transaction(ops))
+        now = self.clock()
+        if self.defer is None or (not self.answer_delay and self._answer_due <= now):
+            answer(result)
+            return
+        # A slow link or a busy server: applied now, answered later, in the order sent.
+        self._answer_due = max(now + self.answer_delay, self._answer_due)
+        self.defer(self._answer_due, lambda: answer(result))
 
     def server_time(self, path: str) -> float:
         return self._call("server_time", [SetData(path, b"")], lambda: self.inner.server_time(path))

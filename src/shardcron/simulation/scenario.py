@@ -84,6 +84,9 @@ def _chaos_actions(
         "outage": lambda: cluster.partition(member, outage),
         "expire": lambda: cluster.expire(member),
         "cache-lag": lambda: cluster.lag(member, rng.uniform(0.05, 0.5), rng.uniform(1, 3)),
+        "slow-answers": lambda: cluster.slow_answers(
+            member, rng.uniform(0.1, 0.9), rng.uniform(1, 3)
+        ),
         "crash": lambda: cluster.crash(member),
         "stall": lambda: cluster.stall(member, timeout + rng.uniform(0.3, 1.5)),
         "shutdown": lambda: cluster.shutdown(member),
