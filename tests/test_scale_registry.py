@@ -304,6 +304,10 @@ class _CountingCache:
     def version(self) -> int:
         return self.cache.version
 
+    @property
+    def values_version(self) -> int:
+        return self.cache.values_version
+
 
 def test_instances_joining_a_big_job_without_a_layout_walk_none_of_its_items() -> None:
     """Every join heals every instance: with a walk over all items in each heal, 100

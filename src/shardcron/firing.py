@@ -44,7 +44,7 @@ FAILOVER_GRACE_SECONDS = 0.1
 MAX_LATENESS_SECONDS = 1.0
 CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
 CLAIM_LEAD_STEP_SECONDS = 0.025
-_NOT_READ: tuple[tuple[int, int], tuple[int, ...]] = ((-1, -1), ())
+_NOT_READ: tuple[tuple[int, int], tuple[int, ...], bool] = ((-1, -1), (), False)
 
 
 # One condition for the idle flags of every job of the process: a threading.Event per job
@@ -101,7 +101,8 @@ class Firing:
         self._pending: _Pending | None = None
         self._clock_offset = 0.0
         self._clock_checked_at = -CLOCK_REFRESH_SECONDS
-        self._local: tuple[tuple[int, int], tuple[int, ...]] = _NOT_READ  # see local_items
+        self._local = _NOT_READ  # see local_items
+        self._instance_node = rt.paths.instance(rt.instance)
         self.misfires = Misfires(rt, self)
 
     @property
@@ -124,10 +125,7 @@ class Firing:
         """Whether a claim of ``item`` by this instance went through and its completion is
         not applied yet (read from the event thread too: a hint). The lease of such an item
         goes only with that completion, or with this instance's session."""
-        for fire in self._fires:  # a loop, not any(): called for every lease removed
-            if item in fire.claim.versions:
-                return True
-        return False
+        return any(item in fire.claim.versions for fire in self._fires)
 
     def stop(self) -> None:
         """No new fire; hand back claims made ahead of a second that has not come."""
@@ -324,12 +322,13 @@ class Firing:
     def local_items(self, only: list[int] | None) -> list[int]:
         # Read every fire and heal, a walk over all the job's items: kept while the cache
         # shows the same owners (its values' version, read before the walk, says so; the
-        # claims of every fire change only flags).
-        cache, total = self.rt.cache, self.rt.config.sharding_total_count
+        # claims of every fire change only flags), with the server's status beside them.
+        cache, paths, total = self.rt.cache, self.rt.paths, self.rt.config.sharding_total_count
         key = (cache.values_version, total)
         if key != self._local[0]:
-            mine = sharding.local_items(cache, self.rt.paths, self.rt.instance, total)
-            self._local = (key, tuple(mine))
+            mine = sharding.local_items(cache, paths, self.rt.instance, total)
+            enabled = membership.server_enabled(cache, paths, self.rt.ip)
+            self._local = (key, tuple(mine), enabled)
         items = self._local[1]
         return list(items) if only is None else [i for i in items if i in only]
 
@@ -353,11 +352,11 @@ class Firing:
 
     def _fire_items(self, only: list[int] | None) -> list[int]:
         cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
-        if not membership.server_enabled(cache, paths, self.rt.ip):
+        items = self.local_items(only)
+        server_enabled = self._local[2]  # read with the items
+        if not server_enabled or not cache.exists(self._instance_node):
             return []
-        if not cache.exists(paths.instance(self.rt.instance)):
-            return []
-        items = [i for i in self.local_items(only) if not cache.exists(paths.disabled(i))]
+        items = [i for i in items if not cache.exists(paths.disabled(i))]
         if cfg.failover:
             taken = failover.items_failed_over_elsewhere(cache, paths, items)
             taken |= set(failover.queued(cache, paths))
@@ -529,8 +528,8 @@ class Firing:
             return
         if fire.follow is not None:
             source, when, items = fire.follow
-            self.fire(source, items, when, trust_cache=False)
-        if fire.source is not ExecutionSource.FAILOVER:
+            self.fire(source, items, when, trust_cache=False)  # runs them: no re-run to look for
+        elif fire.source is not ExecutionSource.FAILOVER:
             self.misfires.rerun(fire.items)
         self.failover_pass(phase=1)
 
