@@ -101,7 +101,7 @@ class Firing:
         self._pending: _Pending | None = None
         self._clock_offset = 0.0
         self._clock_checked_at = -CLOCK_REFRESH_SECONDS
-        self._local = _NOT_READ  # see local_items
+        self._local = _NOT_READ  # see _layout
         self._instance_node = rt.paths.instance(rt.instance)
         self.misfires = Misfires(rt, self)
 
@@ -320,17 +320,21 @@ class Firing:
         ) and not sharding.has_sharding(rt.cache, rt.paths)
 
     def local_items(self, only: list[int] | None) -> list[int]:
-        # Read every fire and heal, a walk over all the job's items: kept while the cache
-        # shows the same owners (its values' version, read before the walk, says so; the
-        # claims of every fire change only flags), with the server's status beside them.
+        items = self._layout()[0]
+        return list(items) if only is None else [i for i in items if i in only]
+
+    def _layout(self) -> tuple[tuple[int, ...], bool]:
+        """This instance's items, and whether its server is enabled. Read every fire and
+        heal, a walk over all the job's items: kept while the cache shows the same values
+        (their version, read before the walk, says so; the claims of every fire change
+        only flags)."""
         cache, paths, total = self.rt.cache, self.rt.paths, self.rt.config.sharding_total_count
         key = (cache.values_version, total)
         if key != self._local[0]:
             mine = sharding.local_items(cache, paths, self.rt.instance, total)
             enabled = membership.server_enabled(cache, paths, self.rt.ip)
             self._local = (key, tuple(mine), enabled)
-        items = self._local[1]
-        return list(items) if only is None else [i for i in items if i in only]
+        return self._local[1], self._local[2]
 
     def _clock_ok(self) -> bool:
         """The time-diff check: compare with the registry's clock, measured once a minute."""
@@ -352,11 +356,12 @@ class Firing:
 
     def _fire_items(self, only: list[int] | None) -> list[int]:
         cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
-        items = self.local_items(only)
-        server_enabled = self._local[2]  # read with the items
+        mine, server_enabled = self._layout()
         if not server_enabled or not cache.exists(self._instance_node):
             return []
-        items = [i for i in items if not cache.exists(paths.disabled(i))]
+        items = [
+            i for i in mine if (only is None or i in only) and not cache.exists(paths.disabled(i))
+        ]
         if cfg.failover:
             taken = failover.items_failed_over_elsewhere(cache, paths, items)
             taken |= set(failover.queued(cache, paths))

@@ -267,21 +267,20 @@ class Cluster:
     def lag(self, member: Member, lag: float, length: float) -> None:
         self.ledger.fault("cache-lag", f"{member.name} {lag:.2f}s for {length:.2f}s")
         member.events.lag = lag
-
-        def back() -> None:
-            member.events.lag = 0.0
-            self.ledger.disturbances.append(self.world.now)
-
-        self.world.at(self.world.now + length, back)
+        self._undo_after(length, lambda: setattr(member.events, "lag", 0.0))
 
     def slow_answers(self, member: Member, delay: float, length: float) -> None:
         """The member's transactions apply at once but are answered ``delay`` later (a
         slow link, a busy server): its fires come while its completions are on their way."""
         self.ledger.fault("slow-answers", f"{member.name} {delay:.2f}s for {length:.2f}s")
         member.registry.answer_delay = delay
+        self._undo_after(length, lambda: setattr(member.registry, "answer_delay", 0.0))
+
+    def _undo_after(self, length: float, undo: Callable[[], None]) -> None:
+        """A disturbance ends ``length`` from now; its end is a disturbance too."""
 
         def back() -> None:
-            member.registry.answer_delay = 0.0
+            undo()
             self.ledger.disturbances.append(self.world.now)
 
         self.world.at(self.world.now + length, back)
