@@ -258,8 +258,9 @@ class Firing:
                 return
             items = self._fire_items(only)
             busy = [i for i in items if i in self._reserved]
-            followed = self._follow(busy, source, when)
-            busy = [i for i in busy if i not in followed]
+            if busy:
+                followed = self._follow(busy, source, when)
+                busy = [i for i in busy if i not in followed]
             if busy:
                 self.misfires.skip(busy, "still running from an earlier fire")
             free = [i for i in items if i not in self._reserved]
