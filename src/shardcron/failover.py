@@ -22,9 +22,26 @@ queued item is taken, not one per idle instance per fire.
 
 from __future__ import annotations
 
+import logging
+from typing import TYPE_CHECKING
+
+from shardcron import execution, groupcommit, membership, sharding
+from shardcron.errors import RegistryError, TransactionError
+from shardcron.events import FailoverClaimed
+from shardcron.fire import Fire
+from shardcron.model import ExecutionSource
 from shardcron.paths import JobPaths
 from shardcron.registry import Create, Delete, Op, TreeCache
 from shardcron.strategies import order_instances
+
+if TYPE_CHECKING:
+    from shardcron.firing import Firing
+    from shardcron.runtime import JobRuntime
+
+log = logging.getLogger(__name__)
+
+# How long a busy instance leaves queued failover items to idle ones before it takes them.
+GRACE_SECONDS = 0.1
 
 
 def queued(cache: TreeCache, paths: JobPaths) -> list[int]:
@@ -100,3 +117,78 @@ def stale_ops(cache: TreeCache, paths: JobPaths, item: int) -> list[Op]:
         )
         if cache.exists(path)
     ]
+
+
+class Claims:
+    """The claiming of one job's queued items by this instance, on the coordinator thread;
+    a claimed item runs as a fire of its own (see :class:`shardcron.firing.Firing`)."""
+
+    def __init__(self, rt: JobRuntime, firing: Firing) -> None:
+        self.rt, self.firing = rt, firing
+
+    def claim(self, phase: int) -> None:
+        """Claim queued items: own share first, then, after a grace, the rest."""
+        cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
+        if not cfg.failover or self.rt.stopped or self.rt.suspended:
+            return
+        if not membership.server_enabled(cache, paths, self.rt.ip):
+            return
+        queue = [i for i in queued(cache, paths) if i < cfg.sharding_total_count]
+        if not queue:
+            return
+        available = membership.available_instances(cache, paths)
+        todo = to_claim(
+            queue,
+            available,
+            self.rt.instance,
+            idle=not self.firing.reserving,
+            anyone_else_idle=self._anyone_idle(available),
+            phase=phase,
+        )
+        for item in todo:
+            if item in queued(cache, paths) and not self.firing.reserved(item):
+                self._claim(item)
+        if phase < 2 and queued(cache, paths):
+            self.rt.host.call_later(
+                GRACE_SECONDS,
+                lambda: self.rt.guarded(lambda: self.claim(phase + 1), "failover"),
+            )
+
+    def _anyone_idle(self, instances: list[str]) -> bool:
+        """Whether some instance runs none of its items (as far as the cache shows)."""
+        cache, paths, total = self.rt.cache, self.rt.paths, self.rt.config.sharding_total_count
+        busy = {
+            sharding.owner(cache, paths, i) for i in range(total) if cache.exists(paths.running(i))
+        }
+        return any(instance not in busy for instance in instances if instance != self.rt.instance)
+
+    def _claim(self, item: int) -> None:
+        fire = Fire([item], execution.Claim(items=[item]), ExecutionSource.FAILOVER, 0)
+        fire.session = self.rt.registry.session_id
+        self.firing.hold(fire)
+        paths, instance = self.rt.paths, self.rt.instance
+        # On its own, at once: contended by every idle instance, it would cost a batch a retry.
+        request = execution.Claiming(
+            self.rt.cache,
+            paths,
+            [item],
+            instance,
+            extra=claim_ops(paths, item, instance),
+            trust_cache=False,
+        )
+        try:
+            groupcommit.run_now(self.rt.registry, request)
+            fire.claim = request.result
+        except TransactionError:
+            self.firing.drop(fire)
+            return  # another instance took it first
+        except RegistryError:
+            self.firing.claim_unsure(fire)
+            raise
+        if not fire.claim.items:
+            self.firing.drop(fire)
+            return  # running again already: the sweep settles the queue entry
+        self.rt.commits.claimed()
+        log.warning("job %s: took over item %d from a lost instance", self.rt.name, item)
+        self.rt.emit(FailoverClaimed(job_name=self.rt.name, instance=self.rt.instance, item=item))
+        self.firing.dispatch(fire)

@@ -4,10 +4,9 @@
 the coordinator thread only. It arms the next fire from the job's trigger, claims the
 instance's items ahead of the second (one multi-op), hands them to the fire path
 (:mod:`shardcron.fire`) on the second, completes the claim when the last item returns
-(one multi-op), has skipped items re-run once (:mod:`shardcron.misfires`), and claims
-queued failover items. A fire
-found while resharding is pending waits (one per job, coalesced) for the new layout
-instead of holding a thread. A claim or completion whose answer was lost stays listed
+(one multi-op), has skipped items re-run once (:mod:`shardcron.misfires`) and queued
+failover items claimed (:mod:`shardcron.failover`). A fire found while resharding is
+pending waits (one per job, coalesced) for the new layout instead of holding a thread. A claim or completion whose answer was lost stays listed
 until :meth:`Firing.resolve` settles it from the registry after the reconnect.
 """
 
@@ -15,16 +14,15 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from shardcron import election, execution, failover, groupcommit, membership, sharding
+from shardcron import election, execution, failover, membership, sharding
 from shardcron.errors import ClockSkewError, RegistryError, ShardcronError, TransactionError
-from shardcron.events import FailoverClaimed
 from shardcron.fire import Fire, FirePath
+from shardcron.idleflag import IdleFlag
 from shardcron.misfires import Misfires
 from shardcron.model import ExecutionSource, ShardingContext, item_ranges, task_id
 from shardcron.paths import INSTANCE_DELIMITER
@@ -36,8 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLOCK_REFRESH_SECONDS = 60.0
-# How long a busy instance leaves queued failover items to idle ones before it takes them.
-FAILOVER_GRACE_SECONDS = 0.1
 # A fire the timer releases this late is not run: it was missed (a stall, a clock jump),
 # not late. A fire that is late only because the coordinator works through the other
 # fires of its tick (a herd of thousands of jobs due in one second) runs late instead.
@@ -45,36 +41,6 @@ MAX_LATENESS_SECONDS = 1.0
 CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
 CLAIM_LEAD_STEP_SECONDS = 0.025
 _NOT_READ: tuple[tuple[int, int], tuple[int, ...], bool] = ((-1, -1), (), False)
-
-
-# One condition for the idle flags of every job of the process: a threading.Event per job
-# cost 0.8 KiB (its condition's waiter deque), most of a job's budget of 30 KiB.
-_IDLE_CHANGED = threading.Condition()
-
-
-class IdleFlag:
-    """Set while no item of a job runs here; its users treat it as a
-    :class:`threading.Event` (``is_set``, ``set``, ``clear``, ``wait``)."""
-
-    __slots__ = ("_set",)
-
-    def __init__(self) -> None:
-        self._set = True
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def set(self) -> None:
-        with _IDLE_CHANGED:
-            self._set = True
-            _IDLE_CHANGED.notify_all()
-
-    def clear(self) -> None:
-        self._set = False
-
-    def wait(self, timeout: float | None = None) -> bool:
-        with _IDLE_CHANGED:
-            return _IDLE_CHANGED.wait_for(self.is_set, timeout)
 
 
 @dataclass(slots=True)
@@ -104,6 +70,7 @@ class Firing:
         self._local = _NOT_READ  # see _layout
         self._instance_node = rt.paths.instance(rt.instance)
         self.misfires = Misfires(rt, self)
+        self.failovers = failover.Claims(rt, self)
 
     @property
     def running_items(self) -> list[int]:
@@ -120,6 +87,11 @@ class Firing:
 
     def reserved(self, item: int) -> bool:
         return item in self._reserved
+
+    @property
+    def reserving(self) -> bool:
+        """Some item is claimed, or being claimed, here."""
+        return bool(self._reserved)
 
     def holds(self, item: int) -> bool:
         """Whether a claim of ``item`` by this instance went through and its completion is
@@ -146,7 +118,7 @@ class Firing:
             return  # connected: the next heal settles them (and hands them back)
         for fire in self._unsure[:]:
             self._unsure.remove(fire)
-            self._drop(fire)
+            self.drop(fire)
 
     def claim_holds(self, fire: Fire) -> bool:
         """Items start only while the session that claimed them lives (as far as we know)."""
@@ -164,9 +136,9 @@ class Firing:
                 if self.rt.stopped:
                     self.complete(fire)  # stopping: hand it back, as a claim made ahead
                 else:
-                    self._dispatch(fire)  # it went through: run it, late, as its fire's run
+                    self.dispatch(fire)  # it went through: run it, late, as its fire's run
             else:
-                self._drop(fire)
+                self.drop(fire)
                 if fire.source is not ExecutionSource.FAILOVER:
                     self.misfires.skip(fire.items, "registry connection lost while claiming")
         for fire in self._unfinished[:]:
@@ -369,9 +341,12 @@ class Firing:
             items = [i for i in items if i not in taken]
         return items
 
-    def _reserve(self, items: list[int]) -> None:
-        self._reserved.update(items)
-        if items:
+    def hold(self, fire: Fire) -> None:
+        """Track ``fire``, about to be claimed, until it completes or is dropped; its items
+        stay reserved here meanwhile."""
+        self._reserved.update(fire.items)
+        self._fires.append(fire)
+        if fire.items:
             self.idle.clear()
 
     def _release(self, items: list[int]) -> None:
@@ -381,8 +356,7 @@ class Firing:
         self, items: list[int], source: ExecutionSource, when: float, trust_cache: bool = True
     ) -> None:
         fire = Fire(items, execution.Claim(items=list(items)), source, self.rt.registry.session_id)
-        self._reserve(items)
-        self._fires.append(fire)
+        self.hold(fire)
         if not self.rt.config.monitor_execution:
             self._claimed(fire, when)
             return
@@ -405,10 +379,10 @@ class Firing:
         when: float,
     ) -> None:
         if isinstance(error, TransactionError):
-            self._drop(fire)
+            self.drop(fire)
             self._report(error)
         elif error is not None:
-            self._unsure.append(fire)  # settled by resolve() once reconnected
+            self.claim_unsure(fire)
             self._report(error)
             self._let_go_of_unsure()
         else:
@@ -426,17 +400,22 @@ class Firing:
             self._release(fire.claim.contended)
         fire.items = fire.claim.items
         if not fire.items:
-            self._drop(fire)
+            self.drop(fire)
             return
         wait = when - self.rt.host.now()
         if wait > 0:  # claimed ahead of time: start the items on schedule
             self.rt.host.call_later(
-                wait, lambda: self.rt.guarded(lambda: self._dispatch(fire), "dispatch")
+                wait, lambda: self.rt.guarded(lambda: self.dispatch(fire), "dispatch")
             )
         else:
-            self._dispatch(fire)
+            self.dispatch(fire)
 
-    def _drop(self, fire: Fire) -> None:
+    def claim_unsure(self, fire: Fire) -> None:
+        """The answer to ``fire``'s claim was lost: :meth:`resolve` settles it once
+        reconnected."""
+        self._unsure.append(fire)
+
+    def drop(self, fire: Fire) -> None:
         self._release(fire.items)
         if fire in self._fires:
             self._fires.remove(fire)
@@ -445,7 +424,7 @@ class Firing:
             if self.rt.stopped:
                 self.rt.deregister()
 
-    def _dispatch(self, fire: Fire) -> None:
+    def dispatch(self, fire: Fire) -> None:
         if fire not in self._fires:
             return  # handed back by a stop before its second came
         if not self.claim_holds(fire):
@@ -529,7 +508,7 @@ class Firing:
         self.rt.commits.submit_completion(request, then)
 
     def _completed(self, fire: Fire) -> None:
-        self._drop(fire)
+        self.drop(fire)
         if self.rt.stopped:
             return
         if fire.follow is not None:
@@ -537,70 +516,4 @@ class Firing:
             self.fire(source, items, when, trust_cache=False)  # runs them: no re-run to look for
         elif fire.source is not ExecutionSource.FAILOVER:
             self.misfires.rerun(fire.items)
-        self.failover_pass(phase=1)
-
-    # -- failover -------------------------------------------------------------------------
-
-    def failover_pass(self, phase: int) -> None:
-        """Claim queued failover items: own share first, then, after a grace, the rest."""
-        cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
-        if not cfg.failover or self.rt.stopped or self.rt.suspended:
-            return
-        if not membership.server_enabled(cache, paths, self.rt.ip):
-            return
-        queue = [i for i in failover.queued(cache, paths) if i < cfg.sharding_total_count]
-        if not queue:
-            return
-        available = membership.available_instances(cache, paths)
-        todo = failover.to_claim(
-            queue,
-            available,
-            self.rt.instance,
-            idle=not self._reserved,
-            anyone_else_idle=self._anyone_idle(available),
-            phase=phase,
-        )
-        for item in todo:
-            if item in failover.queued(cache, paths) and item not in self._reserved:
-                self._claim_failover(item)
-        if phase < 2 and failover.queued(cache, paths):
-            self.rt.host.call_later(
-                FAILOVER_GRACE_SECONDS,
-                lambda: self.rt.guarded(lambda: self.failover_pass(phase + 1), "failover"),
-            )
-
-    def _anyone_idle(self, instances: list[str]) -> bool:
-        """Whether some instance runs none of its items (as far as the cache shows)."""
-        cache, paths, total = self.rt.cache, self.rt.paths, self.rt.config.sharding_total_count
-        busy = {
-            sharding.owner(cache, paths, i) for i in range(total) if cache.exists(paths.running(i))
-        }
-        return any(instance not in busy for instance in instances if instance != self.rt.instance)
-
-    def _claim_failover(self, item: int) -> None:
-        fire = Fire([item], execution.Claim(items=[item]), ExecutionSource.FAILOVER, 0)
-        fire.session = self.rt.registry.session_id
-        self._reserve([item])
-        self._fires.append(fire)
-        paths, instance = self.rt.paths, self.rt.instance
-        extra = failover.claim_ops(paths, item, instance)
-        # On its own, at once: contended by every idle instance, it would cost a batch a retry.
-        request = execution.Claiming(
-            self.rt.cache, paths, [item], instance, extra=extra, trust_cache=False
-        )
-        try:
-            groupcommit.run_now(self.rt.registry, request)
-            fire.claim = request.result
-        except TransactionError:
-            self._drop(fire)
-            return  # another instance took it first
-        except RegistryError:
-            self._unsure.append(fire)
-            raise
-        if not fire.claim.items:
-            self._drop(fire)
-            return  # running again already: the sweep settles the queue entry
-        self.rt.commits.claimed()
-        log.warning("job %s: took over item %d from a lost instance", self.rt.name, item)
-        self.rt.emit(FailoverClaimed(job_name=self.rt.name, instance=self.rt.instance, item=item))
-        self._dispatch(fire)
+        self.failovers.claim(phase=1)

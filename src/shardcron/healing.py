@@ -177,7 +177,7 @@ class Healer:
         if leader:
             self._repair_job(found)
         rt.firing.misfires.rerun(rt.firing.local_items(None))
-        rt.firing.failover_pass(phase=0)
+        rt.firing.failovers.claim(phase=0)
         rt.firing.run_pending()
         return bool(found)
 

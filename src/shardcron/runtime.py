@@ -35,8 +35,9 @@ from shardcron.events import (
     Observer,
 )
 from shardcron.fire import ErrorHandler, FirePath, Host
-from shardcron.firing import Firing, IdleFlag
+from shardcron.firing import Firing
 from shardcron.groupcommit import GroupCommit
+from shardcron.idleflag import IdleFlag
 from shardcron.jobconfig import JobConfig
 from shardcron.jobs import ItemRunner
 from shardcron.listeners import JobListener, ordered
@@ -435,7 +436,7 @@ class JobRuntime:
         elif path == paths.trigger(self.instance) and kind is EventType.ADDED:
             self._on_trigger()
         elif paths.child_name(paths.failover_items, path) and kind is EventType.ADDED:
-            self.firing.failover_pass(phase=0)
+            self.firing.failovers.claim(phase=0)
         elif path == paths.sharding_necessary and kind is EventType.REMOVED:
             self.firing.run_pending()
         elif path.endswith("/running/lease") and kind is EventType.REMOVED:
