@@ -163,8 +163,8 @@ class Claims:
         return any(instance not in busy for instance in instances if instance != self.rt.instance)
 
     def _claim(self, item: int) -> None:
-        fire = Fire([item], execution.Claim(items=[item]), ExecutionSource.FAILOVER, 0)
-        fire.session = self.rt.registry.session_id
+        claim = execution.Claim(items=[item])
+        fire = Fire([item], claim, ExecutionSource.FAILOVER, self.rt.registry.session_id)
         self.firing.hold(fire)
         paths, instance = self.rt.paths, self.rt.instance
         # On its own, at once: contended by every idle instance, it would cost a batch a retry.
