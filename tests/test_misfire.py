@@ -260,6 +260,36 @@ def test_a_fire_due_while_the_last_runs_completion_is_on_its_way_runs_after_it()
     assert [e for e in events if isinstance(e, ItemsSkipped)] == []
 
 
+def test_an_operators_trigger_after_the_runs_returned_runs_after_their_completion() -> None:
+    """``shardcron trigger`` (or the Java console) right after a run: the items have
+    returned, their completion is still on its way. The trigger is not dropped as "still
+    running": it runs once the completion is applied. Dropped, an operator saw the run end
+    and the trigger vanish."""
+    registry = HeldCompletions()
+    paths = JobPaths("rerun")
+    runs: list[str] = []
+    scheduler = Scheduler(registry, instance_id=A)
+    scheduler.add_job(job("rerun", 1, cron="0 0 0 1 1 ? 2099"), lambda ctx: runs.append("run"))
+    scheduler.start()
+    try:
+        registry.create(paths.trigger(A))
+        wait_until(lambda: registry.held, 10, "the first run's completion")
+        registry.create(paths.trigger(A))
+        wait_until(lambda: registry.stat(paths.trigger(A)) is None, 10, "the trigger taken")
+        turn = threading.Event()
+        scheduler.coordinate(turn.set)  # after the trigger's reaction
+        assert turn.wait(10)
+        assert runs == ["run"]  # the second waits for the first's completion
+        registry.release()
+        wait_until(lambda: registry.held, 10, "the second run's completion")
+        registry.release()
+        wait_until(lambda: registry.stat(paths.running(0)) is None, 10, "the second's end")
+    finally:
+        registry.release()
+        scheduler.stop()
+    assert runs == ["run", "run"]
+
+
 @pytest.mark.parametrize("stalled", ["coordinator", "timer"])
 def test_a_stalled_worker_logs_its_missed_fires_in_one_line(
     stalled: str, caplog: pytest.LogCaptureFixture

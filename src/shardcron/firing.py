@@ -86,6 +86,12 @@ class Firing:
     def busy(self) -> bool:
         return bool(self._fires)
 
+    @property
+    def running(self) -> bool:
+        """Some fire here is not over: claimed, or its items not all returned. A fire whose
+        completion alone is on its way is over: a fire now follows it."""
+        return any(not fire.ended for fire in self._fires)
+
     def reserved(self, item: int) -> bool:
         return item in self._reserved
 

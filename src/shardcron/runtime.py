@@ -476,7 +476,7 @@ class JobRuntime:
 
     def _on_trigger(self) -> None:
         self.registry.delete(self.paths.trigger(self.instance))
-        if self.firing.busy:
+        if self.firing.running:
             log.info(
                 "job %s: trigger ignored, items %s still running",
                 self.name,
