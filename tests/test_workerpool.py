@@ -48,8 +48,10 @@ def test_past_the_cap_an_item_waits_for_a_free_thread() -> None:
             pool.submit(lambda n=n: work(n))  # type: ignore[misc]
         wait_until(lambda: len(started) == 2, 10, "two items")
         assert sorted(started) == [0, 1]  # the third waits: both threads are busy
+        assert pool.busy == 2  # what the worker page shows as pool use
         release.set()
         wait_until(lambda: len(started) == 3, 10, "the third item")
+        wait_until(lambda: pool.busy == 0, 10, "the pool to be idle again")
     finally:
         pool.shutdown()
 

@@ -154,6 +154,8 @@ def _simple(fn: object, loop: AsyncLoop, job: str) -> ItemRunner:
 
 def _settle(result: object, loop: AsyncLoop) -> object:
     """Run ``result`` to completion on the shared loop if it is awaitable."""
+    if result is None:  # most jobs: no ABC check per item
+        return None
     if inspect.iscoroutine(result):
         return loop.run(result)
     if inspect.isawaitable(result):

@@ -116,7 +116,7 @@ class JobRuntime:
         self.missed = missed or MissedFires()  # shared by the process's jobs, as commits
         self.repeated = repeated or RepeatedLines()  # likewise
         self.on_detach = on_detach
-        self.observers = observers or []
+        self.observers = observers if observers is not None else []  # the scheduler's list
         self.listeners = ordered(listeners or [])
         self.firing = Firing(
             self,
@@ -129,6 +129,7 @@ class JobRuntime:
                 self.listeners,
                 error_handler or _log_error,
                 self.emit,
+                self.observers,
                 lambda fire: self.guarded(lambda: self.firing.complete(fire), "completion"),
                 lambda fire: self.firing.claim_holds(fire),
                 lambda _fire, items: self.firing.misfires.skip(

@@ -149,13 +149,14 @@ class Scheduler:
         self.metrics = Metrics(self.registry, self.tracer) if metrics_port is not None else None
         self._metrics_address = (metrics_host, metrics_port or 0)
         self.observers += [o for o in (self.tracer, self.metrics) if o is not None]
-        self.card = WorkerCard(self.registry, self.instance_id, max_workers)  # the worker page
-        self.observers.append(self.card)
         self._error_handler = error_handler
         self._jobs: dict[str, tuple[JobConfig, object | None, list[JobListener]]] = {}
         self.runtimes: dict[str, JobRuntime] = {}
         self.failed: dict[str, ShardcronError] = {}
         self._pool = WorkerPool(max_workers, "shardcron-worker")
+        self.card = WorkerCard(  # the worker page
+            self.registry, self.instance_id, max_workers, lambda: self._pool.busy
+        )
         self._coordinator: EventThread | None = None
         self._commits = GroupCommit(self.registry, self)
         self._missed = MissedFires()

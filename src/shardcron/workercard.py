@@ -20,11 +20,11 @@ import platform
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
 from shardcron.errors import NodeExistsError, RegistryError
-from shardcron.events import Event, ItemFinished, ItemStarted
 from shardcron.paths import instance_ip
 from shardcron.registry import Registry, SessionState
 
@@ -81,27 +81,23 @@ def _version() -> str:
 
 
 class WorkerCard:
-    """An observer (it counts running items) that keeps the card of one worker published."""
+    """Keeps the card of one worker published. ``pool_use`` says how many pool threads are
+    running items now: read from the pool when the card is made, not counted from item
+    events, which would cost every item two calls and a lock on the fire path."""
 
-    def __init__(self, registry: Registry, instance_id: str, pool_size: int) -> None:
+    def __init__(
+        self, registry: Registry, instance_id: str, pool_size: int, pool_use: Callable[[], int]
+    ) -> None:
         self.registry = registry
         self.instance_id = instance_id
         self.pool_size = pool_size
+        self.pool_use = pool_use
         self.started_at = time.time()
-        self._running = 0
-        self._lock = threading.Lock()
         self._published: Card | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __call__(self, event: Event) -> None:
-        if isinstance(event, ItemStarted | ItemFinished):
-            with self._lock:
-                self._running += 1 if isinstance(event, ItemStarted) else -1
-
     def card(self) -> Card:
-        with self._lock:
-            running = max(0, self._running)
         return Card(
             instance_id=self.instance_id,
             host=socket.gethostname(),
@@ -111,7 +107,7 @@ class WorkerCard:
             python=platform.python_version(),
             started_at=self.started_at,
             pool_size=self.pool_size,
-            items_running=running,
+            items_running=self.pool_use(),
         )
 
     def start(self) -> None:

@@ -31,6 +31,11 @@ class WorkerPool:
         self._idle = 0  # threads waiting for work, less the work queued for them
         self._closed = False
 
+    @property
+    def busy(self) -> int:
+        """Threads running work, or about to (a hint: read without the lock)."""
+        return max(0, self._threads - self._idle)
+
     def submit(self, work: Work) -> None:
         """Run ``work`` on an idle thread, or a new one while fewer than ``max_workers``
         run, or else once a thread is free. Ignored once the pool is shut down."""
