@@ -1,4 +1,5 @@
-"""Starting many jobs of a process together: one pipelined cache load, one transaction.
+"""Starting jobs: the config a job runs (:func:`config_to_run`, the registry's or its own),
+and many jobs of a process together: one pipelined cache load, one transaction.
 
 Alone, a job's start is a chain of round trips: its tree cache arms a watch and reads its
 subtree level by level, then one transaction writes config, server, instance and, for a
@@ -23,8 +24,11 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from shardcron.errors import RegistryError, ShardcronError, TransactionError
-from shardcron.registry import Op, Registry, fitting, prefix_bytes
+from shardcron.drift import drift, drift_notice
+from shardcron.errors import JobConflictError, RegistryError, ShardcronError, TransactionError
+from shardcron.jobconfig import JobConfig
+from shardcron.paths import JobPaths
+from shardcron.registry import Create, Op, Registry, SetData, TreeCache, fitting, prefix_bytes
 
 if TYPE_CHECKING:
     from shardcron.runtime import JobRuntime
@@ -38,6 +42,54 @@ GROUP_SIZE = 250
 RETRIES = 4
 
 Failed = Callable[["JobRuntime", ShardcronError], None]
+
+
+def config_to_run(
+    cache: TreeCache, paths: JobPaths, local: JobConfig
+) -> tuple[list[Op], JobConfig]:
+    """The config a starting job runs, and the ops of its registration that write it: the
+    local one, written, for a new job or with ``overwrite``; else the registry's, adopted
+    (a local one whose registry copy is invalid runs as it is, and is not written)."""
+    # The cache was loaded a moment ago: reading from it saves two round trips per job.
+    stored_ref = cache.get(paths.root)
+    if stored_ref and stored_ref.decode() != local.node_value:
+        raise JobConflictError(
+            f"job {local.job_name!r}: the registry already holds a different job under this "
+            f"name ({stored_ref.decode()!r}, not {local.node_value!r}); rename the job or "
+            "remove it with 'shardcron remove'"
+        )
+    stored = cache.get(paths.config)
+    yaml = local.to_yaml().encode()
+    if stored == yaml and not local.overwrite:
+        # The registry holds this very config (to_yaml round-trips exactly): adopting it
+        # changes nothing, and skips the parse, the costliest step of a big start.
+        return [], local
+    if stored is None or local.overwrite:
+        ops: list[Op] = []
+        ref = local.node_value.encode()
+        if stored_ref is None:
+            ops.append(Create(paths.root, ref))
+        elif stored_ref != ref:
+            ops.append(SetData(paths.root, ref))
+        if stored is None:
+            ops.append(Create(paths.config, yaml))
+        elif stored != yaml:  # rewriting the same bytes would only wake every instance
+            ops.append(SetData(paths.config, yaml))
+        return ops, local
+    effective = JobConfig.from_yaml(stored.decode(), local.job_name).with_changes(
+        type=local.type, callable=local.callable
+    )
+    problems = [p for p in effective.validate_all() if p.field != "callable"]
+    if problems:
+        log.error(
+            "job %s: the registry's config is invalid (%s); running the local one",
+            local.job_name,
+            problems[0],
+        )
+        return [], local
+    if differing := drift(effective, local):
+        log.warning("%s", drift_notice(local.job_name, differing))
+    return [], effective
 
 
 def start_together(registry: Registry, runtimes: Sequence[JobRuntime], failed: Failed) -> None:

@@ -21,10 +21,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from shardcron import election, healing, membership, sharding, stopmark
-from shardcron.drift import drift, drift_notice
+from shardcron import election, healing, membership, registration, sharding, stopmark
 from shardcron.errors import (
-    JobConflictError,
     RegistryError,
     ShardcronError,
     TransactionError,
@@ -224,49 +222,11 @@ class JobRuntime:
 
     def _setup_config(self) -> list[Op]:
         """Adopt the registry's config, or return the ops that write the local one."""
-        local = self.config
-        # The cache was loaded a moment ago: reading from it saves two round trips per job.
-        stored_ref = self.cache.get(self.paths.root)
-        if stored_ref and stored_ref.decode() != local.node_value:
-            raise JobConflictError(
-                f"job {self.name!r}: the registry already holds a different job under this name "
-                f"({stored_ref.decode()!r}, not {local.node_value!r}); rename the job or remove it "
-                "with 'shardcron remove'"
-            )
-        stored = self.cache.get(self.paths.config)
-        yaml = local.to_yaml().encode()
-        if stored == yaml and not local.overwrite:
-            # The registry holds this very config (to_yaml round-trips exactly): adopting
-            # it changes nothing, and skips the parse, the costliest step of a big start.
-            return []
-        if stored is None or local.overwrite:
-            ops: list[Op] = []
-            ref = local.node_value.encode()
-            if stored_ref is None:
-                ops.append(Create(self.paths.root, ref))
-            elif stored_ref != ref:
-                ops.append(SetData(self.paths.root, ref))
-            if stored is None:
-                ops.append(Create(self.paths.config, yaml))
-            elif stored != yaml:  # rewriting the same bytes would only wake every instance
-                ops.append(SetData(self.paths.config, yaml))
-            return ops
-        effective = JobConfig.from_yaml(stored.decode(), self.name).with_changes(
-            type=local.type, callable=local.callable
-        )
-        problems = [p for p in effective.validate_all() if p.field != "callable"]
-        if problems:
-            log.error(
-                "job %s: the registry's config is invalid (%s); running the local one",
-                self.name,
-                problems[0],
-            )
-            return []
-        if differing := drift(effective, local):
-            log.warning("%s", drift_notice(self.name, differing))
-        self.config = effective
-        self.trigger = _trigger(effective)
-        return []
+        ops, effective = registration.config_to_run(self.cache, self.paths, self.config)
+        if effective is not self.config:
+            self.config = effective
+            self.trigger = _trigger(effective)
+        return ops
 
     def register(self, first: bool, config_ops: list[Op] | None = None) -> None:
         """Server and instance nodes (after ``config_ops``), in one transaction planned
