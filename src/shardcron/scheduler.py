@@ -45,9 +45,9 @@ from shardcron.misfires import MissedFires, RepeatedLines
 from shardcron.model import ExecutionSource, default_instance_id, local_ip, some
 from shardcron.paths import instance_ip
 from shardcron.registration import GROUP_SIZE, start_together
-from shardcron.registry import Registry, SessionState
+from shardcron.registry import Registry, SessionState, open_registry
 from shardcron.registry.cache import EventThread
-from shardcron.registryconfig import RegistryConfig, parse_registry_url
+from shardcron.registryconfig import RegistryConfig
 from shardcron.runtime import ErrorHandler, JobRuntime
 from shardcron.strategies import Strategy
 from shardcron.tracing import open_tracer
@@ -72,31 +72,6 @@ MAX_CLAIM_LEAD_SECONDS = 2.0
 # docs/performance.md (twelfth session) and docs/deployment.md.
 GC_YOUNG_PER_JOB = 10
 GC_YOUNG_THRESHOLD = 50_000  # the most, by default (reached at 5,000 jobs)
-# Loud on purpose: a second process on its own embedded registry runs every item again.
-EMBEDDED_WARNING = (
-    "EMBEDDED REGISTRY: jobs are coordinated inside this process only; other processes do not "
-    "share its work and would run every item again. For several workers use a ZooKeeper: "
-    "--registry zk://HOST:PORT/NAMESPACE or SHARDCRON_REGISTRY (shardcron zookeeper starts one)"
-)
-
-
-def open_registry(target: Registry | RegistryConfig | str | None) -> Registry:
-    """A registry from an object, a config, a ``zk://`` or ``memory://`` URL, or None (embedded)."""
-    if target is None or isinstance(target, str | RegistryConfig):
-        config = (
-            parse_registry_url(target or "memory://")
-            if not isinstance(target, RegistryConfig)
-            else target
-        )
-        if config.is_memory:
-            from shardcron.registry.memory import MemoryRegistry
-
-            log.warning(EMBEDDED_WARNING)
-            return MemoryRegistry(namespace=config.namespace)
-        from shardcron.registry.zookeeper import ZooKeeperRegistry
-
-        return ZooKeeperRegistry(config)
-    return target
 
 
 def workers_for(config: JobConfig) -> int:

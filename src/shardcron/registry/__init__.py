@@ -17,12 +17,16 @@ Semantics every backend keeps (ZooKeeper's):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple, Protocol
 
 from shardcron.errors import RegistryError
+from shardcron.registryconfig import RegistryConfig, parse_registry_url
+
+log = logging.getLogger(__name__)
 
 
 class SessionState(StrEnum):
@@ -266,6 +270,33 @@ class Registry(Protocol):
         ...
 
 
+# Loud on purpose: a second process on its own embedded registry runs every item again.
+EMBEDDED_WARNING = (
+    "EMBEDDED REGISTRY: jobs are coordinated inside this process only; other processes do not "
+    "share its work and would run every item again. For several workers use a ZooKeeper: "
+    "--registry zk://HOST:PORT/NAMESPACE or SHARDCRON_REGISTRY (shardcron zookeeper starts one)"
+)
+
+
+def open_registry(target: Registry | RegistryConfig | str | None) -> Registry:
+    """A registry from an object, a config, a ``zk://`` or ``memory://`` URL, or None (embedded)."""
+    if target is None or isinstance(target, str | RegistryConfig):
+        config = (
+            parse_registry_url(target or "memory://")
+            if not isinstance(target, RegistryConfig)
+            else target
+        )
+        if config.is_memory:
+            from shardcron.registry.memory import MemoryRegistry
+
+            log.warning(EMBEDDED_WARNING)
+            return MemoryRegistry(namespace=config.namespace)
+        from shardcron.registry.zookeeper import ZooKeeperRegistry
+
+        return ZooKeeperRegistry(config)
+    return target
+
+
 __all__ = [
     "CacheSpec",
     "Check",
@@ -284,4 +315,5 @@ __all__ = [
     "SetData",
     "Stat",
     "TreeCache",
+    "open_registry",
 ]
