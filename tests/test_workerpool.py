@@ -4,7 +4,12 @@ and work not started by a shutdown is dropped."""
 from __future__ import annotations
 
 import threading
+import time
+from types import SimpleNamespace
 
+import pytest
+
+from shardcron import workerpool
 from shardcron.workerpool import WorkerPool
 from tests.helpers import wait_until
 
@@ -78,3 +83,46 @@ def test_shutdown_drops_work_not_started_and_refuses_more() -> None:
         "the pool's thread to end",
     )
     assert ran == ["first"]
+
+
+def test_a_long_task_pauses_while_the_threads_take_its_work_and_no_longer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``let_start`` (the items-first pause of a herd's timer batch) waits while the
+    threads take the work queued, not for that work to end, nor on threads all busy."""
+    pool = WorkerPool(1, "test-pool")
+    gates = [threading.Event() for _ in range(5)]
+    began = [threading.Event() for _ in range(5)]
+    steps: list[int] = []
+
+    def work(n: int) -> None:
+        began[n].set()
+        gates[n].wait(10)
+
+    def step_releasing_the_running_item(seconds: float) -> None:
+        n = len(steps)
+        steps.append(n)
+        gates[n].set()  # item n ends; the thread takes item n + 1
+        assert began[n + 1].wait(10)
+
+    monkeypatch.setattr(workerpool, "SLICE_SECONDS", 0.0)  # pause at every call
+    try:
+        pool.submit(lambda: work(0))
+        assert began[0].wait(10)
+        for n in (1, 2, 3):
+            pool.submit(lambda n=n: work(n))  # type: ignore[misc]
+        clock = SimpleNamespace(sleep=step_releasing_the_running_item, monotonic=time.monotonic)
+        monkeypatch.setattr(workerpool, "time", clock)
+        pool.let_start()
+        assert steps == [0, 1, 2]  # waited until item 3 was taken ...
+        assert not gates[3].is_set() and pool.busy == 1  # ... not until it ended
+
+        pool.submit(lambda: work(4))  # queued behind item 3, which holds the only thread
+        clock.sleep = lambda seconds: steps.append(-1)
+        pool.let_start()
+        assert steps[3:] == [-1]  # one step without progress ends the pause
+        assert not began[4].is_set()
+    finally:
+        for gate in gates:
+            gate.set()
+        pool.shutdown()

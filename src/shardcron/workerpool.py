@@ -14,11 +14,19 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
 Work = Callable[[], None]
+
+# See WorkerPool.let_start: a pause lasts while the threads take work, a step at a time,
+# up to the limit. Measured in docs/performance.md (seventeenth session).
+SLICE_SECONDS = 0.005
+PAUSE_STEP_SECONDS = 0.0002
+PAUSE_LIMIT_SECONDS = 0.05
 
 
 class WorkerPool:
@@ -26,31 +34,58 @@ class WorkerPool:
         self.max_workers = max_workers
         self._name = name
         self._queue: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # starting threads, and shutting down
         self._threads = 0
-        self._idle = 0  # threads waiting for work, less the work queued for them
+        # A token per thread done with its work, less the work queued since: while
+        # there is one, submit starts no thread. A deque's append and pop are atomic, so
+        # a hand-off takes no lock: a lock shared with the threads was often held by one
+        # that waited for the GIL, and in a herd of 3,000 jobs waiting for it took half
+        # of the coordinator's time at the second. Tokens count high once every thread
+        # is started (work queued then takes none), when they no longer matter.
+        self._idle: deque[None] = deque()
+        self._running: deque[None] = deque()  # one entry per thread running work
         self._closed = False
+        self._slice_ends = 0.0  # see let_start
 
     @property
     def busy(self) -> int:
-        """Threads running work, or about to (a hint: read without the lock)."""
-        return max(0, self._threads - self._idle)
+        """Threads running work."""
+        return len(self._running)
 
     def submit(self, work: Work) -> None:
         """Run ``work`` on an idle thread, or a new one while fewer than ``max_workers``
         run, or else once a thread is free. Ignored once the pool is shut down."""
-        with self._lock:
-            if self._closed:
-                return
-            if self._idle > 0:
-                self._idle -= 1
-            elif self._threads < self.max_workers:
-                self._threads += 1
-                number = self._threads - 1
-                threading.Thread(
-                    target=self._run, name=f"{self._name}_{number}", daemon=True
-                ).start()
-            self._queue.put(work)
+        if self._closed:
+            return
+        try:
+            self._idle.pop()
+        except IndexError:
+            with self._lock:
+                if self._closed:
+                    return
+                if self._threads < self.max_workers:
+                    self._threads += 1
+                    number = self._threads - 1
+                    threading.Thread(
+                        target=self._run, name=f"{self._name}_{number}", daemon=True
+                    ).start()
+        self._queue.put(work)
+
+    def let_start(self) -> None:
+        """Called (from one thread) between the steps of a long task that queues work: a
+        timer batch, thousands of fires at a herd's second. Every ``SLICE_SECONDS`` it
+        waits while the threads take the work queued: a task holding the GIL would let
+        a thread have it once per switch interval (5 ms), for one item each time."""
+        if time.monotonic() < self._slice_ends:
+            return
+        left, deadline = self._queue.qsize(), time.monotonic() + PAUSE_LIMIT_SECONDS
+        while left and time.monotonic() < deadline:
+            time.sleep(PAUSE_STEP_SECONDS)  # the threads have the GIL meanwhile
+            now = self._queue.qsize()
+            if now >= left:
+                break  # none taken: every thread is busy
+            left = now
+        self._slice_ends = time.monotonic() + SLICE_SECONDS
 
     def shutdown(self) -> None:
         """Drop the work not started yet; each thread ends after its current item."""
@@ -69,11 +104,13 @@ class WorkerPool:
             work = self._queue.get()
             if work is None:
                 return
+            self._running.append(None)
             try:
                 work()
             except Exception:  # job code is wrapped already: this is a bug of ours
                 log.exception("shardcron worker task failed")
-            with self._lock:
-                if self._closed:
-                    return
-                self._idle += 1
+            finally:
+                self._running.pop()
+            if self._closed:
+                return
+            self._idle.append(None)
