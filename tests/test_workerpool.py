@@ -4,12 +4,7 @@ and work not started by a shutdown is dropped."""
 from __future__ import annotations
 
 import threading
-import time
-from types import SimpleNamespace
 
-import pytest
-
-from shardcron import workerpool
 from shardcron.workerpool import WorkerPool
 from tests.helpers import wait_until
 
@@ -85,43 +80,28 @@ def test_shutdown_drops_work_not_started_and_refuses_more() -> None:
     assert ran == ["first"]
 
 
-def test_a_long_task_pauses_while_the_threads_take_its_work_and_no_longer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``let_start`` (the items-first pause of a herd's timer batch) waits while the
-    threads take the work queued, not for that work to end, nor on threads all busy."""
+def test_busy_counts_the_threads_running_work_when_work_waits_for_them() -> None:
+    """What the worker page shows as pool use: a thread that took queued work after its
+    last item is busy, not idle."""
     pool = WorkerPool(1, "test-pool")
-    gates = [threading.Event() for _ in range(5)]
-    began = [threading.Event() for _ in range(5)]
-    steps: list[int] = []
+    gates = [threading.Event() for _ in range(3)]
+    began = [threading.Event() for _ in range(3)]
 
     def work(n: int) -> None:
         began[n].set()
         gates[n].wait(10)
 
-    def step_releasing_the_running_item(seconds: float) -> None:
-        n = len(steps)
-        steps.append(n)
-        gates[n].set()  # item n ends; the thread takes item n + 1
-        assert began[n + 1].wait(10)
-
-    monkeypatch.setattr(workerpool, "SLICE_SECONDS", 0.0)  # pause at every call
     try:
-        pool.submit(lambda: work(0))
-        assert began[0].wait(10)
-        for n in (1, 2, 3):
+        for n in range(3):
             pool.submit(lambda n=n: work(n))  # type: ignore[misc]
-        clock = SimpleNamespace(sleep=step_releasing_the_running_item, monotonic=time.monotonic)
-        monkeypatch.setattr(workerpool, "time", clock)
-        pool.let_start()
-        assert steps == [0, 1, 2]  # waited until item 3 was taken ...
-        assert not gates[3].is_set() and pool.busy == 1  # ... not until it ended
-
-        pool.submit(lambda: work(4))  # queued behind item 3, which holds the only thread
-        clock.sleep = lambda seconds: steps.append(-1)
-        pool.let_start()
-        assert steps[3:] == [-1]  # one step without progress ends the pause
-        assert not began[4].is_set()
+        for n in range(2):
+            assert began[n].wait(10)
+            assert pool.busy == 1
+            gates[n].set()  # the thread goes on with the next queued item
+        assert began[2].wait(10)
+        assert pool.busy == 1
+        gates[2].set()
+        wait_until(lambda: pool.busy == 0, 10, "the pool to be idle again")
     finally:
         for gate in gates:
             gate.set()

@@ -466,7 +466,6 @@ class Scheduler:
         try:
             for fn in fns:
                 _logged(fn)
-                self._pool.let_start()  # a herd's items start before the rest of its tick
         finally:
             self._released = None
 

@@ -14,19 +14,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
 Work = Callable[[], None]
-
-# See WorkerPool.let_start: a pause lasts while the threads take work, a step at a time,
-# up to the limit. Measured in docs/performance.md (seventeenth session).
-SLICE_SECONDS = 0.005
-PAUSE_STEP_SECONDS = 0.0002
-PAUSE_LIMIT_SECONDS = 0.05
 
 
 class WorkerPool:
@@ -45,7 +38,6 @@ class WorkerPool:
         self._idle: deque[None] = deque()
         self._running: deque[None] = deque()  # one entry per thread running work
         self._closed = False
-        self._slice_ends = 0.0  # see let_start
 
     @property
     def busy(self) -> int:
@@ -70,22 +62,6 @@ class WorkerPool:
                         target=self._run, name=f"{self._name}_{number}", daemon=True
                     ).start()
         self._queue.put(work)
-
-    def let_start(self) -> None:
-        """Called (from one thread) between the steps of a long task that queues work: a
-        timer batch, thousands of fires at a herd's second. Every ``SLICE_SECONDS`` it
-        waits while the threads take the work queued: a task holding the GIL would let
-        a thread have it once per switch interval (5 ms), for one item each time."""
-        if time.monotonic() < self._slice_ends:
-            return
-        left, deadline = self._queue.qsize(), time.monotonic() + PAUSE_LIMIT_SECONDS
-        while left and time.monotonic() < deadline:
-            time.sleep(PAUSE_STEP_SECONDS)  # the threads have the GIL meanwhile
-            now = self._queue.qsize()
-            if now >= left:
-                break  # none taken: every thread is busy
-            left = now
-        self._slice_ends = time.monotonic() + SLICE_SECONDS
 
     def shutdown(self) -> None:
         """Drop the work not started yet; each thread ends after its current item."""
