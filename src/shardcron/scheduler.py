@@ -436,12 +436,9 @@ class Scheduler:
             self.coordinate(lambda rt=runtime: rt.on_session(state))  # type: ignore[misc]
 
     def _push(self, when: float, fn: Callable[[], None]) -> None:
-        entry = (when, next(self._seq), fn)
         with self._timer:
-            heapq.heappush(self._heap, entry)
-            # Wake the timer thread only for a new earliest: a thread switch per timer set.
-            if self._heap[0] is entry:
-                self._timer.notify()
+            heapq.heappush(self._heap, (when, next(self._seq), fn))
+            self._timer.notify()
 
     def _timer_loop(self) -> None:
         with self._timer:

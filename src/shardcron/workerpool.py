@@ -27,41 +27,36 @@ class WorkerPool:
         self.max_workers = max_workers
         self._name = name
         self._queue: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()  # starting threads, and shutting down
+        self._lock = threading.Lock()
         self._threads = 0
-        # A token per thread done with its work, less the work queued since: while
-        # there is one, submit starts no thread. A deque's append and pop are atomic, so
-        # a hand-off takes no lock: a lock shared with the threads was often held by one
-        # that waited for the GIL, and in a herd of 3,000 jobs waiting for it took half
-        # of the coordinator's time at the second. Tokens count high once every thread
-        # is started (work queued then takes none), when they no longer matter.
-        self._idle: deque[None] = deque()
+        # Threads done with their work, less the work queued since: while above 0,
+        # submit starts no thread. It counts high once every thread is started (work
+        # queued then takes none), when it no longer matters, so it cannot tell how many
+        # threads are busy.
+        self._idle = 0
         self._running: deque[None] = deque()  # one entry per thread running work
         self._closed = False
 
     @property
     def busy(self) -> int:
-        """Threads running work."""
+        """Threads running work (appends and pops of a deque are atomic: no lock)."""
         return len(self._running)
 
     def submit(self, work: Work) -> None:
         """Run ``work`` on an idle thread, or a new one while fewer than ``max_workers``
         run, or else once a thread is free. Ignored once the pool is shut down."""
-        if self._closed:
-            return
-        try:
-            self._idle.pop()
-        except IndexError:
-            with self._lock:
-                if self._closed:
-                    return
-                if self._threads < self.max_workers:
-                    self._threads += 1
-                    number = self._threads - 1
-                    threading.Thread(
-                        target=self._run, name=f"{self._name}_{number}", daemon=True
-                    ).start()
-        self._queue.put(work)
+        with self._lock:
+            if self._closed:
+                return
+            if self._idle > 0:
+                self._idle -= 1
+            elif self._threads < self.max_workers:
+                self._threads += 1
+                number = self._threads - 1
+                threading.Thread(
+                    target=self._run, name=f"{self._name}_{number}", daemon=True
+                ).start()
+            self._queue.put(work)
 
     def shutdown(self) -> None:
         """Drop the work not started yet; each thread ends after its current item."""
@@ -87,6 +82,7 @@ class WorkerPool:
                 log.exception("shardcron worker task failed")
             finally:
                 self._running.pop()
-            if self._closed:
-                return
-            self._idle.append(None)
+            with self._lock:
+                if self._closed:
+                    return
+                self._idle += 1
