@@ -51,6 +51,9 @@ class Coordinator:
     def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
         then(work())
 
+    def execute_at(self, when: float, work: Callable[[], T], then: Callable[[T], None]) -> None:
+        self.later.append(lambda: then(work()))
+
     @property
     def chains_items(self) -> bool:
         return False

@@ -8,6 +8,13 @@ through :meth:`Host.execute`, whose result comes back to the coordinator. At mos
 ``on_done(fire)`` tells the runtime to complete the fire in the registry, and the
 ``after`` listeners run.
 
+A fire claimed ahead of its second is *staged* (:meth:`FirePath.begin` with ``at``): its
+lanes go to the host's timer, which hands them to workers on the second without a pass
+through the coordinator, so a herd's items start while the coordinator would still be
+dispatching them one by one. The first lane to start decides, under the fire's
+:class:`Gate`, whether the fire starts (its claim still holds); a stop before the second
+decides it will not. A fire with ``before`` listeners is not staged: they run first.
+
 Anything an item raises, :class:`BaseException` included (``SystemExit``,
 ``KeyboardInterrupt``, a cancelled coroutine), fails that item only: the fire completes.
 """
@@ -15,6 +22,7 @@ Anything an item raises, :class:`BaseException` included (``SystemExit``,
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -58,11 +66,38 @@ class Host(Protocol):
         """Run ``work`` (user code) on a worker, then ``then(result)`` on the coordinator."""
         ...
 
+    def execute_at(self, when: float, work: Callable[[], T], then: Callable[[T], None]) -> None:
+        """Like :meth:`execute`, with ``work`` handed to a worker at ``when`` (epoch
+        seconds) by the timer itself, not by the coordinator."""
+        ...
+
     @property
     def chains_items(self) -> bool:
         """Whether a lane's worker starts the fire's next waiting item itself (saves two
         thread hand-offs per item in production; the simulation runs one item a step)."""
         ...
+
+
+class Gate:
+    """Whether a staged fire starts, decided once: by its first lane on the second (on a
+    worker: the claim still holds) or by a stop before it (on the coordinator: no)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.started: bool | None = None  # None until decided
+
+    def decide(self, start: Callable[[], bool]) -> tuple[bool, bool]:
+        """(whether the fire starts, whether this call decided it)."""
+        with self._lock:
+            if self.started is not None:
+                return self.started, False
+            self.started = start()
+            return self.started, True
+
+    def cancel(self) -> bool:
+        """On the coordinator, before the second: True when this call decided the fire
+        does not start (False when a lane decided first)."""
+        return self.decide(lambda: False)[1]
 
 
 @dataclass(eq=False)
@@ -81,6 +116,7 @@ class Fire:
     # A fire of these items due while this one's completion was on its way: (source,
     # second, items), claimed once the completion is applied (see Firing.fire).
     follow: tuple[ExecutionSource, float, list[int]] | None = None
+    gate: Gate | None = None  # set when staged
 
 
 @dataclass
@@ -101,6 +137,12 @@ class FirePath:
     may_start: Callable[[Fire], bool]
     on_refused: Callable[[Fire, list[int]], None]
 
+    @property
+    def stages(self) -> bool:
+        """Whether a fire claimed ahead is staged: not when ``before`` listeners must run
+        on the second, before its items."""
+        return not self.listeners
+
     def begin(
         self,
         fire: Fire,
@@ -108,7 +150,9 @@ class FirePath:
         total: int,
         parameter: str,
         lanes: int,
+        at: float | None = None,
     ) -> None:
+        """Start ``fire`` now, or stage it to start at ``at`` (only where :attr:`stages`)."""
         fire.context = FireContext(
             job_name=self.job,
             task_id=contexts[0].task_id,
@@ -119,6 +163,10 @@ class FirePath:
             source=fire.source,
         )
         fire.waiting.extend(contexts)
+        if at is not None:
+            fire.gate = Gate()
+            self._stage_lanes(fire, lanes, at)
+            return
         self._status(fire, FireState.TASK_STAGING)
 
         def before() -> None:
@@ -149,6 +197,46 @@ class FirePath:
                 lambda done: self._lane_done(fire, done, lanes),
             )
 
+    def _stage_lanes(self, fire: Fire, lanes: int, at: float) -> None:
+        while fire.waiting and fire.active < lanes:
+            ctx = fire.waiting.popleft()
+            fire.active += 1
+            self.host.execute_at(
+                at,
+                lambda ctx=ctx: self._start_lane(fire, ctx),  # type: ignore[misc]
+                lambda done: self._staged_lane_done(fire, done, lanes),
+            )
+
+    def _start_lane(
+        self, fire: Fire, ctx: ShardingContext
+    ) -> list[tuple[ShardingContext, BaseException | None]] | None:
+        """Work, on the second: the staged fire's first lane decides whether it starts
+        (and sends its first statuses); None when it does not."""
+        assert fire.gate is not None
+        started, decided = fire.gate.decide(lambda: self.may_start(fire))
+        if not started:
+            return None
+        if decided:
+            self._status(fire, FireState.TASK_STAGING)
+            self._status(fire, FireState.TASK_RUNNING)
+        return self._run_lane(fire, ctx)
+
+    def _staged_lane_done(
+        self,
+        fire: Fire,
+        done: list[tuple[ShardingContext, BaseException | None]] | None,
+        lanes: int,
+    ) -> None:
+        if done is not None:
+            self._lane_done(fire, done, lanes)
+            return
+        fire.active -= 1
+        if fire.active > 0 or fire.ended:
+            return  # other lanes still to come back, or handed back by a stop already
+        fire.waiting.clear()
+        self.on_refused(fire, list(fire.items))
+        self.on_done(fire)
+
     def _run_lane(
         self, fire: Fire, ctx: ShardingContext
     ) -> list[tuple[ShardingContext, BaseException | None]]:
@@ -177,7 +265,7 @@ class FirePath:
 
     def end(self, fire: Fire) -> None:
         """After the registry completion: the ``after`` listeners and the fire's status."""
-        if fire.context is None:
+        if fire.context is None or (fire.gate is not None and not fire.gate.started):
             return  # never started
 
         def after() -> None:

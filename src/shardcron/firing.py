@@ -111,8 +111,10 @@ class Firing:
         self._timer += 1
         self._pending = None
         for fire in self._fires[:]:
-            if fire.context is None and fire not in self._unsure and fire not in self._claiming:
-                self.complete(fire)  # a claim still in flight is completed when it returns
+            if fire in self._unsure or fire in self._claiming:
+                continue  # a claim still in flight is completed when it returns
+            if fire.context is None or (fire.gate is not None and fire.gate.cancel()):
+                self.complete(fire)
         self._let_go_of_unsure()
 
     def _let_go_of_unsure(self) -> None:
@@ -410,7 +412,9 @@ class Firing:
             self.drop(fire)
             return
         wait = when - self.rt.host.now()
-        if wait > 0:  # claimed ahead of time: start the items on schedule
+        if wait > 0 and self.path.stages:
+            self.dispatch(fire, at=when)  # claimed ahead of time: the timer starts its items
+        elif wait > 0:
             self.rt.host.call_later(
                 wait, lambda: self.rt.guarded(lambda: self.dispatch(fire), "dispatch")
             )
@@ -431,7 +435,8 @@ class Firing:
             if self.rt.stopped:
                 self.rt.deregister()
 
-    def dispatch(self, fire: Fire) -> None:
+    def dispatch(self, fire: Fire, at: float | None = None) -> None:
+        """Start ``fire``'s items now, or stage them to start at ``at``."""
         if fire not in self._fires:
             return  # handed back by a stop before its second came
         if not self.claim_holds(fire):
@@ -460,7 +465,7 @@ class Firing:
             for item in fire.items
         ]
         self.path.begin(
-            fire, contexts, cfg.sharding_total_count, cfg.job_parameter, self.rt.workers
+            fire, contexts, cfg.sharding_total_count, cfg.job_parameter, self.rt.workers, at
         )
 
     def keep_going(self) -> bool:

@@ -138,7 +138,7 @@ class Scheduler:
         self._repeated = RepeatedLines()
         self._loop = AsyncLoop()
         self._timer = threading.Condition()
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._heap: list[tuple[float, int, Callable[[], None], bool]] = []  # bool: on a worker
         self._released: float | None = None  # see released()
         self._seq = itertools.count()
         self._started = False
@@ -394,11 +394,17 @@ class Scheduler:
         return True
 
     def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
+        self._pool.submit(self._worker_task(work, then))
+
+    def execute_at(self, when: float, work: Callable[[], T], then: Callable[[T], None]) -> None:
+        self._push(when, self._worker_task(work, then), on_worker=True)
+
+    def _worker_task(self, work: Callable[[], T], then: Callable[[T], None]) -> Callable[[], None]:
         def run() -> None:
             result = work()
             self.coordinate(lambda: then(result))
 
-        self._pool.submit(run)
+        return run
 
     def coordinate(self, fn: Callable[[], None]) -> None:
         if self._coordinator is not None:
@@ -435,9 +441,9 @@ class Scheduler:
         for runtime in list(self.runtimes.values()):
             self.coordinate(lambda rt=runtime: rt.on_session(state))  # type: ignore[misc]
 
-    def _push(self, when: float, fn: Callable[[], None]) -> None:
+    def _push(self, when: float, fn: Callable[[], None], on_worker: bool = False) -> None:
         with self._timer:
-            heapq.heappush(self._heap, (when, next(self._seq), fn))
+            heapq.heappush(self._heap, (when, next(self._seq), fn, on_worker))
             self._timer.notify()
 
     def _timer_loop(self) -> None:
@@ -452,11 +458,17 @@ class Scheduler:
                     self._timer.wait(min(delay, 60))
                     continue
                 # Everything due is one coordinator task: the group commit it leads to
-                # then holds the claims of every job due in this tick.
+                # then holds the claims of every job due in this tick. Staged items go
+                # to the workers straight away: a herd's would otherwise queue behind it.
                 due = []
                 while self._heap and self._heap[0][0] <= now:
-                    due.append(heapq.heappop(self._heap)[2])
-                self.coordinate(lambda due=due, at=now: self._run_timers(due, at))  # type: ignore[misc]
+                    _, _, fn, on_worker = heapq.heappop(self._heap)
+                    if on_worker:
+                        self._pool.submit(fn)
+                    else:
+                        due.append(fn)
+                if due:
+                    self.coordinate(lambda due=due, at=now: self._run_timers(due, at))  # type: ignore[misc]
 
     def _run_timers(self, fns: list[Callable[[], None]], released: float) -> None:
         self._released = released

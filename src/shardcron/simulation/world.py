@@ -101,6 +101,9 @@ class SimHost:
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         self.world.at(self.world.now + delay, fn, self.node)
 
+    def execute_at(self, when: float, work: Callable[[], T], then: Callable[[T], None]) -> None:
+        self.world.at(when, lambda: self.execute(work, then), self.node)
+
     def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
         """Run ``work`` now; ``then`` comes back after the duration the runner drew
         (at once for work that is not an item: listeners, error handlers)."""
