@@ -51,8 +51,10 @@ class Coordinator:
     def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
         then(work())
 
-    def execute_at(self, when: float, work: Callable[[], T], then: Callable[[T], None]) -> None:
-        self.later.append(lambda: then(work()))
+    def execute_at(
+        self, when: float, works: Sequence[Callable[[], T]], then: Callable[[T], None]
+    ) -> None:
+        self.later.extend(lambda work=work: then(work()) for work in works)  # type: ignore[misc]
 
     @property
     def chains_items(self) -> bool:

@@ -70,6 +70,20 @@ def test_a_session_lost_before_the_second_starts_nothing_and_flags_the_misfire()
     assert checks.check_overlaps(cluster.ledger) == []
 
 
+def test_a_connection_lost_before_the_second_starts_nothing_before_the_news_is_read() -> None:
+    """The worker that would start a staged fire asks the connection itself: here the
+    SUSPENDED reaches the coordinator half a second late."""
+    cluster, member = _staged()
+    member.events.lag = 0.5
+    cluster.partition(member, 2.0)
+    cluster.world.run_until(SECOND + 0.4)
+    assert _runs_at(cluster, SECOND) == []
+    cluster.world.run_until(SECOND + 0.6)
+    assert [(s.items, s.misfire) for s in cluster.ledger.skips if s.at >= SECOND] == [
+        ((0, 1), True)
+    ]
+
+
 def test_items_claimed_ahead_start_on_their_second_while_the_coordinator_is_busy() -> None:
     """The timer hands a staged fire's items to the workers itself: a coordinator busy at
     the second (a herd's thousands of other fires) does not hold them back."""

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ErrorHandler = Callable[[str, ShardingContext | None, BaseException], None]
+Ran = list[tuple[ShardingContext, BaseException | None]]  # what a lane ran, and how it ended
 
 
 class Host(Protocol):
@@ -66,8 +67,10 @@ class Host(Protocol):
         """Run ``work`` (user code) on a worker, then ``then(result)`` on the coordinator."""
         ...
 
-    def execute_at(self, when: float, work: Callable[[], T], then: Callable[[T], None]) -> None:
-        """Like :meth:`execute`, with ``work`` handed to a worker at ``when`` (epoch
+    def execute_at(
+        self, when: float, works: Sequence[Callable[[], T]], then: Callable[[T], None]
+    ) -> None:
+        """:meth:`execute` for each of ``works``, handed to workers at ``when`` (epoch
         seconds) by the timer itself, not by the coordinator."""
         ...
 
@@ -198,18 +201,14 @@ class FirePath:
             )
 
     def _stage_lanes(self, fire: Fire, lanes: int, at: float) -> None:
-        while fire.waiting and fire.active < lanes:
+        starts: list[Callable[[], Ran | None]] = []
+        while fire.waiting and len(starts) < lanes:
             ctx = fire.waiting.popleft()
-            fire.active += 1
-            self.host.execute_at(
-                at,
-                lambda ctx=ctx: self._start_lane(fire, ctx),  # type: ignore[misc]
-                lambda done: self._staged_lane_done(fire, done, lanes),
-            )
+            starts.append(lambda ctx=ctx: self._start_lane(fire, ctx))  # type: ignore[misc]
+        fire.active = len(starts)
+        self.host.execute_at(at, starts, lambda done: self._staged_lane_done(fire, done, lanes))
 
-    def _start_lane(
-        self, fire: Fire, ctx: ShardingContext
-    ) -> list[tuple[ShardingContext, BaseException | None]] | None:
+    def _start_lane(self, fire: Fire, ctx: ShardingContext) -> Ran | None:
         """Work, on the second: the staged fire's first lane decides whether it starts
         (and sends its first statuses); None when it does not."""
         assert fire.gate is not None
@@ -221,12 +220,7 @@ class FirePath:
             self._status(fire, FireState.TASK_RUNNING)
         return self._run_lane(fire, ctx)
 
-    def _staged_lane_done(
-        self,
-        fire: Fire,
-        done: list[tuple[ShardingContext, BaseException | None]] | None,
-        lanes: int,
-    ) -> None:
+    def _staged_lane_done(self, fire: Fire, done: Ran | None, lanes: int) -> None:
         if done is not None:
             self._lane_done(fire, done, lanes)
             return
@@ -237,9 +231,7 @@ class FirePath:
         self.on_refused(fire, list(fire.items))
         self.on_done(fire)
 
-    def _run_lane(
-        self, fire: Fire, ctx: ShardingContext
-    ) -> list[tuple[ShardingContext, BaseException | None]]:
+    def _run_lane(self, fire: Fire, ctx: ShardingContext) -> Ran:
         """Work: run ``ctx``, then (where the host chains) the fire's next waiting items
         while the claim holds. ``popleft`` is atomic, so lanes never take the same item."""
         done = [(ctx, self.run_item(ctx))]
@@ -251,9 +243,7 @@ class FirePath:
             done.append((ctx, self.run_item(ctx)))
         return done
 
-    def _lane_done(
-        self, fire: Fire, done: list[tuple[ShardingContext, BaseException | None]], lanes: int
-    ) -> None:
+    def _lane_done(self, fire: Fire, done: Ran, lanes: int) -> None:
         fire.active -= 1
         for ctx, error in done:
             if error is not None:

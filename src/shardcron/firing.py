@@ -130,8 +130,12 @@ class Firing:
             self.drop(fire)
 
     def claim_holds(self, fire: Fire) -> bool:
-        """Items start only while the session that claimed them lives (as far as we know)."""
-        return not self.rt.suspended and fire.session == self.rt.registry.session_id
+        """Items start only while the session that claimed them lives (as far as we know)
+        and is connected. The connection is asked, not only the coordinator's view of it:
+        a staged fire starts on a worker, which may come before the coordinator has read
+        a SUSPENDED queued behind other work."""
+        registry = self.rt.registry
+        return not self.rt.suspended and registry.connected and fire.session == registry.session_id
 
     def resolve(self) -> None:
         """Settle the requests whose answers were lost, from what the registry holds. A

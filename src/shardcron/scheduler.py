@@ -27,7 +27,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -138,7 +138,8 @@ class Scheduler:
         self._repeated = RepeatedLines()
         self._loop = AsyncLoop()
         self._timer = threading.Condition()
-        self._heap: list[tuple[float, int, Callable[[], None], bool]] = []  # bool: on a worker
+        # (when, order, fn, whether fn runs on the timer thread: it only hands work over)
+        self._heap: list[tuple[float, int, Callable[[], None], bool]] = []
         self._released: float | None = None  # see released()
         self._seq = itertools.count()
         self._started = False
@@ -396,8 +397,16 @@ class Scheduler:
     def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
         self._pool.submit(self._worker_task(work, then))
 
-    def execute_at(self, when: float, work: Callable[[], T], then: Callable[[T], None]) -> None:
-        self._push(when, self._worker_task(work, then), on_worker=True)
+    def execute_at(
+        self, when: float, works: Sequence[Callable[[], T]], then: Callable[[T], None]
+    ) -> None:
+        tasks = [self._worker_task(work, then) for work in works]
+
+        def hand_over() -> None:  # on the timer thread
+            for task in tasks:
+                self._pool.submit(task)
+
+        self._push(when, hand_over, on_timer=True)
 
     def _worker_task(self, work: Callable[[], T], then: Callable[[T], None]) -> Callable[[], None]:
         def run() -> None:
@@ -441,9 +450,9 @@ class Scheduler:
         for runtime in list(self.runtimes.values()):
             self.coordinate(lambda rt=runtime: rt.on_session(state))  # type: ignore[misc]
 
-    def _push(self, when: float, fn: Callable[[], None], on_worker: bool = False) -> None:
+    def _push(self, when: float, fn: Callable[[], None], on_timer: bool = False) -> None:
         with self._timer:
-            heapq.heappush(self._heap, (when, next(self._seq), fn, on_worker))
+            heapq.heappush(self._heap, (when, next(self._seq), fn, on_timer))
             self._timer.notify()
 
     def _timer_loop(self) -> None:
@@ -462,9 +471,9 @@ class Scheduler:
                 # to the workers straight away: a herd's would otherwise queue behind it.
                 due = []
                 while self._heap and self._heap[0][0] <= now:
-                    _, _, fn, on_worker = heapq.heappop(self._heap)
-                    if on_worker:
-                        self._pool.submit(fn)
+                    _, _, fn, on_timer = heapq.heappop(self._heap)
+                    if on_timer:
+                        fn()
                     else:
                         due.append(fn)
                 if due:

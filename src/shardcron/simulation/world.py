@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TypeVar
@@ -101,8 +101,14 @@ class SimHost:
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         self.world.at(self.world.now + delay, fn, self.node)
 
-    def execute_at(self, when: float, work: Callable[[], T], then: Callable[[T], None]) -> None:
-        self.world.at(when, lambda: self.execute(work, then), self.node)
+    def execute_at(
+        self, when: float, works: Sequence[Callable[[], T]], then: Callable[[T], None]
+    ) -> None:
+        def start() -> None:
+            for work in works:
+                self.execute(work, then)
+
+        self.world.at(when, start, self.node)
 
     def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
         """Run ``work`` now; ``then`` comes back after the duration the runner drew
