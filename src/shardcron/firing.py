@@ -445,7 +445,9 @@ class Firing:
             return  # handed back by a stop before its second came
         if not self.claim_holds(fire):
             # The claim may have died with the session meanwhile: never start on it.
-            self.misfires.skip(fire.items, "registry session lost before the items started")
+            self.misfires.skip(
+                fire.items, "registry connection or session lost before the items started"
+            )
             self.complete(fire)
             return
         cfg = self.rt.config

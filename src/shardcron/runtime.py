@@ -131,7 +131,7 @@ class JobRuntime:
                 lambda fire: self.guarded(lambda: self.firing.complete(fire), "completion"),
                 lambda fire: self.firing.claim_holds(fire),
                 lambda _fire, items: self.firing.misfires.skip(
-                    items, "registry session lost meanwhile"
+                    items, "registry connection or session lost meanwhile"
                 ),
             ),
         )
