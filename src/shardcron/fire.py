@@ -186,11 +186,7 @@ class FirePath:
 
     def _fill_lanes(self, fire: Fire, lanes: int) -> None:
         if fire.waiting and not self.may_start(fire):
-            refused = [ctx.sharding_item for ctx in fire.waiting]
-            fire.waiting.clear()
-            self.on_refused(fire, refused)
-            if fire.active == 0:
-                self.on_done(fire)
+            self._refuse(fire, [ctx.sharding_item for ctx in fire.waiting])
             return
         while fire.waiting and fire.active < lanes:
             ctx = fire.waiting.popleft()
@@ -225,11 +221,15 @@ class FirePath:
             self._lane_done(fire, done, lanes)
             return
         fire.active -= 1
-        if fire.active > 0 or fire.ended:
-            return  # other lanes still to come back, or handed back by a stop already
+        if fire.active == 0 and not fire.ended:  # else: handed back by a stop already
+            self._refuse(fire, list(fire.items))  # the last lane back: none of them ran
+
+    def _refuse(self, fire: Fire, items: list[int]) -> None:
+        """``items`` do not start: the claim no longer holds."""
         fire.waiting.clear()
-        self.on_refused(fire, list(fire.items))
-        self.on_done(fire)
+        self.on_refused(fire, items)
+        if fire.active == 0:
+            self.on_done(fire)
 
     def _run_lane(self, fire: Fire, ctx: ShardingContext) -> Ran:
         """Work: run ``ctx``, then (where the host chains) the fire's next waiting items
