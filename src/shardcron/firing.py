@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from shardcron import election, execution, failover, membership, sharding
+from shardcron import claimlead, election, execution, failover, membership, sharding
 from shardcron.errors import ClockSkewError, RegistryError, ShardcronError, TransactionError
 from shardcron.fire import Fire, FirePath
 from shardcron.idleflag import IdleFlag
@@ -41,6 +41,8 @@ CLOCK_REFRESH_SECONDS = 60.0
 MAX_LATENESS_SECONDS = 1.0
 CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
 CLAIM_LEAD_STEP_SECONDS = 0.025
+BUSY_CLAIM_LEAD_SECONDS = claimlead.MAX_ESTIMATE_SECONDS
+BUSY_POLL_SECONDS = 0.25
 _NOT_READ: tuple[tuple[int, int], tuple[int, ...], bool] = ((-1, -1), (), False)
 
 
@@ -59,6 +61,7 @@ class Firing:
         self.path = path
         self.idle = IdleFlag()
         self._timer = 0  # bumped to cancel the armed fire
+        self._armed: tuple[float, float | None] | None = None  # its second, the fire before
         self._reserved: set[int] = set()  # items claimed or being claimed here
         self._fires: list[Fire] = []  # fires in flight (running, or completion pending)
         self._unsure: list[Fire] = []  # claims whose answer was lost
@@ -164,19 +167,38 @@ class Firing:
         """Arm the timer for the first fire after ``after`` (default: now); the one armed
         before is cancelled."""
         self._timer += 1
+        self._armed = None
         if self.rt.trigger is None or self.rt.stopped:
             return
-        token, now = self._timer, self.rt.host.now()
+        now = self.rt.host.now()
         start = now if after is None else max(after, now - MAX_LATENESS_SECONDS)
         if after is not None and start > after:
             self._note_dropped(self.rt.trigger, after, start, now)
         moment = self.rt.trigger.next_fire(datetime.fromtimestamp(start, UTC))
-        if moment is None:
-            return
-        when = moment.timestamp()
+        if moment is not None:
+            self._armed = (moment.timestamp(), after)
+            self._set_timer(moment.timestamp(), after)
+
+    def relead(self) -> None:
+        """The process's claim lead grew: the armed fire claims that much earlier."""
+        if self._armed is not None and not self.rt.stopped:
+            self._timer += 1
+            self._set_timer(*self._armed)
+
+    def _set_timer(self, when: float, after: float | None) -> None:
+        token, now = self._timer, self.rt.host.now()
 
         def due() -> None:
             if token != self._timer:
+                return
+            now = self.rt.host.now()
+            if self._reserved and when - now > BUSY_CLAIM_LEAD_SECONDS:
+                # An item of the job's last fire still runs here: claimed now, it would be
+                # skipped as still running, though it may end in time. A learned lead
+                # waits for it, down to the lead a process had before it learned any.
+                self.rt.host.call_later(
+                    min(BUSY_POLL_SECONDS, when - now - BUSY_CLAIM_LEAD_SECONDS), due
+                )
                 return
             late = self.rt.host.released() - when
             # The next fire is armed first: whatever this one does or fails at, the job
@@ -377,10 +399,13 @@ class Firing:
             self.rt.cache, self.rt.paths, items, self.rt.instance, trust_cache=trust_cache
         )
         self._claiming.append(fire)
+        asked = self.rt.host.released()  # a herd's claims are asked for in one timer tick
 
         def then(error: RegistryError | None) -> None:
             self._claiming.remove(fire)
             self.rt.guarded(lambda: self._on_claim(fire, request, error, when), "claim")
+            if when > asked:  # claimed ahead: how long it took tells the next lead
+                self.rt.claim_took(self.rt.host.now() - asked)
 
         self.rt.commits.submit(request, then)
 

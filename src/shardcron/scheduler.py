@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from shardcron import healing, plugins
+from shardcron.claimlead import ClaimLead
 from shardcron.dump import DumpServer
 from shardcron.errorhandlers import make_error_handler
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
@@ -59,11 +60,6 @@ log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
-CLAIM_LEAD_SECONDS = 0.04
-# What claiming one more job's items in the same tick costs, CPU and registry time, with
-# room to spare (measured: about 0.1 ms); 10,000 jobs due together claim 2 s ahead.
-CLAIM_LEAD_PER_JOB_SECONDS = 0.0002
-MAX_CLAIM_LEAD_SECONDS = 2.0
 # Room in the cyclic collector's youngest generation (the interpreter's is 700 container
 # allocations). At 700, a worker of thousands of jobs promoted its fires' garbage and ran
 # full collections over a million objects every few seconds (pauses up to 0.8 s); with
@@ -134,6 +130,9 @@ class Scheduler:
         )
         self._coordinator: EventThread | None = None
         self._commits = GroupCommit(self.registry, self)
+        # Shared by the process's jobs, as their claims are: see claimlead.
+        self._lead = ClaimLead(lambda: len(self.runtimes), time.time)
+        self._relead_due = False
         self._missed = MissedFires()
         self._repeated = RepeatedLines()
         self._loop = AsyncLoop()
@@ -259,7 +258,8 @@ class Scheduler:
                 self.ip,
                 self,
                 workers=workers_for(config),
-                lead=self._claim_lead,
+                lead=self._lead,
+                claim_took=self._claim_took,
                 heal_every=self._heal_every,
                 on_detach=self._detached,
                 observers=self.observers,
@@ -422,12 +422,17 @@ class Scheduler:
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         self._push(time.time() + delay, fn)
 
-    def _claim_lead(self) -> float:
-        """Fires are prepared (items claimed) ahead of their time, so the claim's round
-        trip does not make items start late; the lead grows with the process's jobs, whose
-        claims share one registry connection."""
-        per_job = CLAIM_LEAD_PER_JOB_SECONDS * len(self.runtimes)
-        return min(MAX_CLAIM_LEAD_SECONDS, CLAIM_LEAD_SECONDS + per_job)
+    def _claim_took(self, seconds: float) -> None:
+        """A grown lead applies to the fires armed already, once the claims answered in
+        the same batch are through (one pass over the jobs, not one per answer)."""
+        if self._lead.took(seconds) and not self._relead_due:
+            self._relead_due = True
+            self.coordinate(self._relead)
+
+    def _relead(self) -> None:
+        self._relead_due = False
+        for runtime in list(self.runtimes.values()):
+            runtime.guarded(runtime.firing.relead, "claim lead")
 
     def _heal_every(self) -> float:
         return healing.heal_seconds(len(self.runtimes))

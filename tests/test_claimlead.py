@@ -1,0 +1,99 @@
+"""The claim lead: how long before its second a fire claims its items (claimlead.py),
+and fires armed already claiming earlier once it grows (Firing.relead)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from shardcron import firing
+from shardcron.claimlead import ClaimLead
+from shardcron.paths import JobPaths
+from shardcron.simulation.cluster import Cluster, JobSpec
+from shardcron.simulation.world import EPOCH
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_lead_starts_from_an_estimate_per_job_capped_at_two_seconds() -> None:
+    assert ClaimLead(lambda: 0, Clock())() == 0.04
+    assert ClaimLead(lambda: 1000, Clock())() == pytest.approx(0.24)
+    assert ClaimLead(lambda: 10_000, Clock())() == 2.0
+    assert ClaimLead(lambda: 100_000, Clock())() == 2.0
+
+
+def test_a_slow_claim_lengthens_the_lead_with_room_rounded_to_half_seconds() -> None:
+    lead = ClaimLead(lambda: 10_000, Clock())
+    assert lead.took(3.0)  # grew: 3.0 s and a quarter of room, 3.75 s, rounded up
+    assert lead() == 4.0
+    assert not lead.took(3.0)  # as long again: no change
+    assert not lead.took(1.0)
+    assert lead() == 4.0
+
+
+def test_fast_claims_leave_the_estimate() -> None:
+    lead = ClaimLead(lambda: 1000, Clock())
+    assert not lead.took(0.1)  # 0.125 s of room is under the 0.24 s estimate
+    assert lead() == pytest.approx(0.24)
+
+
+def test_a_learned_lead_halves_every_ten_minutes_and_is_capped() -> None:
+    clock = Clock()
+    lead = ClaimLead(lambda: 1000, clock)
+    lead.took(3.2)  # 4.0 s wanted
+    clock.now += 600
+    assert lead() == 2.0
+    clock.now += 6000
+    assert lead() == pytest.approx(0.24)  # decayed under the estimate: the estimate again
+    lead.took(60.0)
+    assert lead() == 10.0
+
+
+def test_a_fire_armed_before_the_lead_grew_claims_that_much_earlier() -> None:
+    paths = JobPaths("job0")
+    jobs = [JobSpec("job0", items=2, period=1, failover=False, misfire=True)]
+    cluster = Cluster(jobs, instances=1, session_timeout=2.0, rng=random.Random(1))
+    cluster.calm = True  # items of 20-150 ms
+    member = cluster.members[0]
+    cluster.world.at(EPOCH + 0.3, lambda: cluster.start(member))
+    second = EPOCH + 5
+    cluster.world.run_until(second - 0.7)  # the fire of `second` is armed, 20 ms of lead
+    runtime = member.runtimes["job0"]
+    runtime.lead = lambda: 0.4
+    cluster.world.at(second - 0.6, runtime.firing.relead)
+    cluster.world.run_until(second - 0.3)
+    assert all(cluster.peek(paths.running(i)) is not None for i in (0, 1))  # claimed
+    cluster.world.run_until(second + 0.5)
+    starts = sorted(r.start for r in cluster.ledger.runs if second - 0.5 <= r.start)
+    assert starts == [second, second]  # and started on the second all the same
+
+
+def test_a_learned_lead_waits_for_an_item_still_running_instead_of_skipping_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Items of 1.3 s every 2 s, a lead of 1 s: claimed 1 s ahead, each fire would find
+    the last one's item running, skip it as a misfire and run it again as soon as it
+    ended, off its second. The claim waits for the item instead (down to the lead a
+    process has before it learns any, here 0.2 s)."""
+    monkeypatch.setattr(firing, "BUSY_CLAIM_LEAD_SECONDS", 0.2)
+    jobs = [JobSpec("job0", items=1, period=2, failover=False, misfire=True)]
+    cluster = Cluster(jobs, instances=1, session_timeout=2.0, rng=random.Random(1))
+    monkeypatch.setattr(cluster, "duration", lambda _member: 1.3)
+    member = cluster.members[0]
+    cluster.world.at(EPOCH + 0.3, lambda: cluster.start(member))
+    cluster.world.run_until(EPOCH + 3.5)  # started, first layout written
+    runtime = member.runtimes["job0"]
+    runtime.lead = lambda: 1.0
+    runtime.firing.relead()
+    cluster.world.run_until(EPOCH + 15)
+    later = [run.start for run in cluster.ledger.runs if run.start >= EPOCH + 6]
+    assert len(later) == 5
+    assert all(start % 2 == 0 for start in later)  # on their seconds, none re-run off them
+    assert not [skip for skip in cluster.ledger.skips if skip.at >= EPOCH + 6]
