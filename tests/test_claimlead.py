@@ -44,6 +44,14 @@ def test_fast_claims_leave_the_estimate() -> None:
     assert lead() == pytest.approx(0.24)
 
 
+def test_a_small_learned_lead_is_not_rounded_to_half_seconds() -> None:
+    """Every-second jobs whose items run 0.6 s must not be claimed 0.5 s ahead because
+    one claim took 0.1 s."""
+    lead = ClaimLead(lambda: 1, Clock())
+    assert lead.took(0.1)
+    assert lead() == pytest.approx(0.125)
+
+
 def test_a_learned_lead_halves_every_ten_minutes_and_is_capped() -> None:
     clock = Clock()
     lead = ClaimLead(lambda: 1000, clock)

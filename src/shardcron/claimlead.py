@@ -7,12 +7,13 @@ machine: 10,000 jobs due together took some 2 s on one machine and 4 s on a mach
 as fast. So the lead is the larger of two figures:
 
 * an estimate from the number of jobs, capped at :data:`MAX_ESTIMATE_SECONDS`;
-* what the process learned: each fire claimed ahead reports how long it took from the
-  moment its claim was asked for to its fire being ready, and the lead keeps room for the
-  longest (:data:`MARGIN`). That figure halves every :data:`HALF_LIFE_SECONDS` unless a
-  claim takes as long again. Where it is the larger, it is rounded up to
-  :data:`STEP_SECONDS`, so that the jobs of one tick, armed a moment apart while it
-  decays, still share a lead and a group commit.
+* what the process learned: each claim reports how long it took from the moment it was
+  asked for to its fire being ready (staged, or started if its second has passed), and
+  the lead keeps room for the longest (:data:`MARGIN`). That figure halves every :data:`HALF_LIFE_SECONDS` unless a
+  claim takes as long again. Where it is the larger and over the estimate's cap, it is
+  rounded up to :data:`STEP_SECONDS`, so that the jobs of one tick, armed a moment apart
+  while it decays, still share a lead and a group commit (below, the fire path's own
+  25 ms step does).
 
 Only the coordinator thread calls it.
 """
@@ -48,11 +49,13 @@ class ClaimLead:
         learned = self._decayed(self.clock())
         if learned <= estimate:
             return estimate
+        if learned <= MAX_ESTIMATE_SECONDS:
+            return learned  # a small process: no coarse step (its items may run long)
         return min(MAX_LEAD_SECONDS, math.ceil(learned / STEP_SECONDS) * STEP_SECONDS)
 
     def took(self, seconds: float) -> bool:
-        """A fire claimed ahead was ready ``seconds`` after its claim was asked for; True
-        if the lead grew (the fires armed already should claim earlier)."""
+        """A fire was ready ``seconds`` after its claim was asked for; True if the lead
+        grew (the fires armed already should claim earlier)."""
         now = self.clock()
         wanted = seconds * MARGIN
         if wanted <= self._decayed(now):

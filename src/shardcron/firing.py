@@ -43,6 +43,7 @@ CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
 CLAIM_LEAD_STEP_SECONDS = 0.025
 BUSY_CLAIM_LEAD_SECONDS = claimlead.MAX_ESTIMATE_SECONDS
 BUSY_POLL_SECONDS = 0.25
+FIRST_LAYOUT_AHEAD_SECONDS = 5.0
 _NOT_READ: tuple[tuple[int, int], tuple[int, ...], bool] = ((-1, -1), (), False)
 
 
@@ -194,8 +195,9 @@ class Firing:
             now = self.rt.host.now()
             if self._reserved and when - now > BUSY_CLAIM_LEAD_SECONDS:
                 # An item of the job's last fire still runs here: claimed now, it would be
-                # skipped as still running, though it may end in time. A learned lead
-                # waits for it, down to the lead a process had before it learned any.
+                # skipped as still running, though it may end in time. A lead learned past
+                # 2 s (the estimate's cap, the longest lead before leads were learned)
+                # waits for it, down to those 2 s.
                 self.rt.host.call_later(
                     min(BUSY_POLL_SECONDS, when - now - BUSY_CLAIM_LEAD_SECONDS), due
                 )
@@ -222,6 +224,9 @@ class Firing:
             # be running, and be skipped.
             lead = min(lead, (when - after) / 2)
         self.rt.host.call_later(max(0.0, when - lead - now), due)
+        if not sharding.has_sharding(self.rt.cache, self.rt.paths):  # a first fire
+            ahead = max(0.0, when - self._layout_lead() - now)
+            self.rt.host.call_later(ahead, lambda: self.rt.guarded(self.run_pending, "layout"))
 
     def _note_dropped(self, trigger: CronTrigger, after: float, start: float, now: float) -> None:
         """The fires after ``after`` up to ``start`` are not run: this job's last fire ran
@@ -316,16 +321,23 @@ class Firing:
         self.fire(pending.source, pending.only, max(pending.when, self.rt.host.now()))
 
     def _first_layout_ahead(self) -> bool:
-        """A first layout too big for one transaction goes out once the instances
-        starting together have joined: written at the first fire, it would hold that fire
-        for the seconds it takes (and the fire of a rare job for hours). A small one goes
-        with the first fire's group commit, as in ElasticJob: written ahead, the layouts
-        of the herd bench's 10,000 two-item jobs left its steady herd a quarter later."""
+        """A first layout goes out ahead of the first fire, once the instances starting
+        together have joined. One too big for one transaction goes as soon as they have:
+        written at the first fire, it would hold that fire for the seconds it takes (and
+        the fire of a rare job for hours). A small one goes
+        :data:`FIRST_LAYOUT_AHEAD_SECONDS` before its first fire's claim: written with
+        that claim, as in ElasticJob, the layouts of a herd of 10,000 jobs held their
+        first fire for seconds."""
         rt = self.rt
+        if sharding.has_sharding(rt.cache, rt.paths):
+            return False
         total = rt.config.sharding_total_count
-        return not sharding.first_layout_fits(
-            rt.registry, rt.paths, total, rt.instance
-        ) and not sharding.has_sharding(rt.cache, rt.paths)
+        if not sharding.first_layout_fits(rt.registry, rt.paths, total, rt.instance):
+            return True
+        return self._armed is not None and self._armed[0] - rt.host.now() <= self._layout_lead()
+
+    def _layout_lead(self) -> float:
+        return self.rt.lead() + FIRST_LAYOUT_AHEAD_SECONDS
 
     def local_items(self, only: list[int] | None) -> list[int]:
         items = self._layout()[0]
@@ -404,8 +416,10 @@ class Firing:
         def then(error: RegistryError | None) -> None:
             self._claiming.remove(fire)
             self.rt.guarded(lambda: self._on_claim(fire, request, error, when), "claim")
-            if when > asked:  # claimed ahead: how long it took tells the next lead
-                self.rt.claim_took(self.rt.host.now() - asked)
+            # How long it took tells the next lead, whether or not this one was claimed
+            # ahead: a herd's first fire, claimed once its layouts are written, teaches
+            # the next one.
+            self.rt.claim_took(self.rt.host.now() - asked)
 
         self.rt.commits.submit(request, then)
 

@@ -100,6 +100,7 @@ class JobRuntime:
         commits: GroupCommit | None = None,
         missed: MissedFires | None = None,
         repeated: RepeatedLines | None = None,
+        joins: sharding.Joins | None = None,
     ) -> None:
         self.config = config
         self.paths = JobPaths(config.job_name)
@@ -109,12 +110,13 @@ class JobRuntime:
         self.host = host
         self.workers = workers
         self.lead = lead  # how long before a fire its items are claimed
-        self.claim_took = claim_took  # a fire claimed ahead was ready so long after asking
+        self.claim_took = claim_took  # a fire was ready so long after its claim was asked
         self.heal_every = heal_every  # seconds between two heal ticks
         # Shared by the process's jobs, so those due in one tick claim in one multi-op.
         self.commits = commits or GroupCommit(registry, host)
         self.missed = missed or MissedFires()  # shared by the process's jobs, as commits
         self.repeated = repeated or RepeatedLines()  # likewise
+        self.joins = joins or sharding.Joins()  # likewise
         self.on_detach = on_detach
         self.observers = observers if observers is not None else []  # the scheduler's list
         self.listeners = ordered(listeners or [])
@@ -387,7 +389,7 @@ class JobRuntime:
         ):
             joined = kind is EventType.ADDED and paths.child_name(paths.instances, path) is not None
             if joined and path != paths.instance(self.instance):
-                self.resharder.first_layout.joined_at = self.host.now()
+                self.resharder.first_layout.joined_at = self.joins.last = self.host.now()
             self._on_membership()
         elif path == paths.election_instance:
             # Gone: elect. Shown: a fire that came before the cache showed this instance

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from shardcron import healing, plugins
+from shardcron import healing, plugins, sharding
 from shardcron.claimlead import ClaimLead
 from shardcron.dump import DumpServer
 from shardcron.errorhandlers import make_error_handler
@@ -135,6 +135,7 @@ class Scheduler:
         self._relead_due = False
         self._missed = MissedFires()
         self._repeated = RepeatedLines()
+        self._joins = sharding.Joins()
         self._loop = AsyncLoop()
         self._timer = threading.Condition()
         # (when, order, fn, whether fn runs on the timer thread: it only hands work over)
@@ -268,6 +269,7 @@ class Scheduler:
                 commits=self._commits,
                 missed=self._missed,
                 repeated=self._repeated,
+                joins=self._joins,
             )
         except ShardcronError as exc:
             log.error("%s", exc)

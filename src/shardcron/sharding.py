@@ -64,23 +64,35 @@ LAYOUT_WAIT_SECONDS = 5.0
 
 
 @dataclass(slots=True)
+class Joins:
+    """When another instance last joined any job of this process (shared by its jobs)."""
+
+    last: float = -math.inf
+
+
+@dataclass(slots=True)
 class FirstLayout:
     """When the leader writes a job's first layout: once no other instance has joined for
     ``FIRST_LAYOUT_QUIET_SECONDS``, and at the latest ``FIRST_LAYOUT_MAX_WAIT_SECONDS``
-    after it was first asked for (by a fire, or for a layout too big for one transaction
-    at the leader's election). Nothing runs before a first layout anyway."""
+    after it was first asked for (by a fire; ahead of the first fire; or for a layout too
+    big for one transaction at the leader's election). Nothing runs before a first layout
+    anyway."""
 
+    joins: Joins
     joined_at: float = -math.inf
     asked_at: float | None = None
     retry_armed: bool = False
 
     def wait(self, now: float, fire_waiting: bool) -> float:
-        """Seconds the first layout still waits (0: write it now). Asked for at the
-        election, it waits for the instances starting along with the leader; a fire that
-        waits for it waits only for those that did join (a lone instance: not at all)."""
+        """Seconds the first layout still waits (0: write it now). Asked for ahead of a
+        fire, it waits for the instances starting along with the leader, until none has
+        joined any job of this process for a moment: a job the others have not
+        registered yet shows no join of its own. A fire that waits for it waits only for
+        the instances that did join the job (a lone instance: not at all)."""
         if self.asked_at is None:
             self.asked_at = now
-        last = self.joined_at if fire_waiting else max(self.joined_at, self.asked_at)
+        ahead = max(self.joined_at, self.joins.last, self.asked_at)
+        last = self.joined_at if fire_waiting else ahead
         quiet = last + FIRST_LAYOUT_QUIET_SECONDS
         return max(0.0, min(quiet, self.asked_at + FIRST_LAYOUT_MAX_WAIT_SECONDS) - now)
 
@@ -312,7 +324,7 @@ class Resharder:
         self._written: tuple[dict[int, str], float] | None = None  # last layout, when
         self._resharding = False  # a resharding is in the group commit
         self._planned: tuple[frozenset[str], int] | None = None  # the last layout's inputs
-        self.first_layout = FirstLayout()
+        self.first_layout = FirstLayout(rt.joins)
 
     def reshard(self) -> None:
         rt = self.rt
