@@ -9,11 +9,11 @@ as fast. So the lead is the larger of two figures:
 * an estimate from the number of jobs, capped at :data:`MAX_ESTIMATE_SECONDS`;
 * what the process learned: each claim reports how long it took from the moment it was
   asked for to its fire being ready (staged, or started if its second has passed), and
-  the lead keeps room for the longest (:data:`MARGIN`). That figure halves every :data:`HALF_LIFE_SECONDS` unless a
-  claim takes as long again. Where it is the larger and over the estimate's cap, it is
-  rounded up to :data:`STEP_SECONDS`, so that the jobs of one tick, armed a moment apart
-  while it decays, still share a lead and a group commit (below, the fire path's own
-  25 ms step does).
+  the lead keeps room for the longest (:data:`MARGIN`). That figure halves every
+  :data:`HALF_LIFE_SECONDS` unless a claim takes as long again. Where it is the larger
+  and over the estimate's cap, it is rounded up to :data:`STEP_SECONDS`, so that the
+  jobs of one tick, armed a moment apart while it decays, still share a lead and a group
+  commit (below, the fire path's own 25 ms step does).
 
 Only the coordinator thread calls it.
 """

@@ -10,10 +10,11 @@
    ``sharding/{i}/instance`` nodes and deletes both flags (:class:`Resharding`, sent
    with the group commit, so the jobs of a process due in one tick reshard together).
    The others wait (on cache events) until the flag is gone.
-   A job's *first* layout waits, at most a few seconds, until no other instance has
-   joined for a second (:class:`FirstLayout`): instances started together then share
-   one layout. Written while they still register, it would be written again at the
-   next fire, and every instance registering meanwhile would load all of it.
+   A job's *first* layout is asked for ahead of its first fire, and waits, at most a
+   few seconds, until no other instance has joined for a second (:class:`FirstLayout`):
+   instances started together then share one layout. Written while they still
+   register, it would be written again at the next fire, and every instance registering
+   meanwhile would load all of it.
 3. A layout too big for one transaction is written in several (:func:`write`) under
    the ephemeral ``processing`` node: if the leader dies meanwhile, ``processing``
    vanishes with its session, the flag stays, and the next leader does the work.
@@ -91,8 +92,9 @@ class FirstLayout:
         the instances that did join the job (a lone instance: not at all)."""
         if self.asked_at is None:
             self.asked_at = now
-        ahead = max(self.joined_at, self.joins.last, self.asked_at)
-        last = self.joined_at if fire_waiting else ahead
+        last = (
+            self.joined_at if fire_waiting else max(self.joined_at, self.joins.last, self.asked_at)
+        )
         quiet = last + FIRST_LAYOUT_QUIET_SECONDS
         return max(0.0, min(quiet, self.asked_at + FIRST_LAYOUT_MAX_WAIT_SECONDS) - now)
 
