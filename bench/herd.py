@@ -9,12 +9,14 @@ every due moment is a herd of N jobs, as at the top of the minute.
 
 * **registered**: launch (just before the first worker's ``exec``) to the first moment at
   which every job has both workers' ``instances/{id}`` node, as ZooKeeper itself lists its
-  ephemeral nodes (the ``dump`` four-letter word, polled every half second). A job's
-  sharding is written at its first fire, as in ElasticJob, so it is part of the first
-  herd. A run that has not registered every job within the cap is measured anyway.
+  ephemeral nodes (the ``dump`` four-letter word, polled every half second). A run that
+  has not registered every job within the cap is measured anyway.
 * **herds**: the first due moment H at least a second after registration (or after the
-  cap), where each job's leader also writes the sharding for both workers (its first, or
-  the one after the second worker joined), and the one after it, a steady herd. Each herd's window is [H − 0.5 s, H + interval − 0.5 s).
+  cap), the jobs' first fire: each job's leader writes its first layout for both
+  workers ahead of it (5 s before its claim, once no worker has joined for a second;
+  ElasticJob writes it at the first fire), or with it if registration ended too late
+  for that; and the one after it, a steady herd. Each herd's window is
+  [H − 0.5 s, H + interval − 0.5 s).
 * **item-fires run**: distinct (job, item) pairs whose first ledger start falls in
   [H, H + interval − 0.5 s), out of N × 2; **lateness** is that start minus H (not taken
   modulo the second: a herd can run more than a second late).
@@ -26,7 +28,7 @@ every due moment is a herd of N jobs, as at the top of the minute.
   claim and one completion request per started 1,000 item-fires the instance ran in that
   herd: 2 × ⌈item-fires / 1,000⌉ (a chunk of 1,000 items' ops stays far below
   ZooKeeper's 1 MiB request limit). It is judged on the steady herd only: the first herd
-  also carries the sharding.
+  may also carry the sharding.
 * **CPU**: user + system seconds of each worker and of ZooKeeper's JVM over the window.
 """
 
@@ -307,7 +309,7 @@ def table(outcome: Outcome) -> Table:
         late = herd.lateness
         limits = " / ".join(str(herd.allowance(i)) for i in INSTANCES)
         result.add(
-            "first herd after registration (sharding)" if herd.first else "next herd (steady)",
+            "first herd after registration (first layouts)" if herd.first else "next herd (steady)",
             "–",
             f"{herd.runs:,}/{herd.expected:,} ({herd.runs / herd.expected:.1%})",
             f"{ms(late.p50)} / {ms(late.p99)} / {ms(late.max)}",
@@ -324,7 +326,8 @@ def table(outcome: Outcome) -> Table:
         ),
         (
             "Registered: every job's `instances/{id}` node of both workers, as ZooKeeper's "
-            "`dump` lists its ephemeral nodes; a job's sharding is written at its first fire."
+            "`dump` lists its ephemeral nodes; a job's first layout is written ahead of its "
+            "first fire once registration is quiet (5 s before the claim), or with it."
         ),
         (
             "A tick is one herd: from the half second before it to the half second before "

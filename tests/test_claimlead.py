@@ -48,8 +48,10 @@ def test_a_small_learned_lead_is_not_rounded_to_half_seconds() -> None:
     """Every-second jobs whose items run 0.6 s must not be claimed 0.5 s ahead because
     one claim took 0.1 s."""
     lead = ClaimLead(lambda: 1, Clock())
-    assert lead.took(0.1)
+    assert not lead.took(0.1)  # it grew by less than 0.1 s: not worth a pass over the jobs
     assert lead() == pytest.approx(0.125)
+    assert lead.took(0.2)
+    assert lead() == pytest.approx(0.25)
 
 
 def test_a_learned_lead_halves_every_ten_minutes_and_is_capped() -> None:

@@ -32,6 +32,7 @@ MAX_ESTIMATE_SECONDS = 2.0
 MARGIN = 1.25
 HALF_LIFE_SECONDS = 600.0
 STEP_SECONDS = 0.5
+GROWTH_SECONDS = 0.1
 # Items claimed ahead show as running; a lead is never longer than this (and the fire path
 # keeps it under half the time since the job's last fire).
 MAX_LEAD_SECONDS = 10.0
@@ -55,14 +56,15 @@ class ClaimLead:
 
     def took(self, seconds: float) -> bool:
         """A fire was ready ``seconds`` after its claim was asked for; True if the lead
-        grew (the fires armed already should claim earlier)."""
+        grew by :data:`GROWTH_SECONDS` or more (the fires armed already should claim
+        earlier: a pass over every job, not worth a few milliseconds)."""
         now = self.clock()
         wanted = seconds * MARGIN
         if wanted <= self._decayed(now):
             return False
         before = self()
         self._learned, self._learned_at = wanted, now
-        return self() > before
+        return self() >= before + GROWTH_SECONDS
 
     def _decayed(self, now: float) -> float:
         return self._learned * math.pow(0.5, (now - self._learned_at) / HALF_LIFE_SECONDS)

@@ -62,7 +62,8 @@ class Firing:
         self.path = path
         self.idle = IdleFlag()
         self._timer = 0  # bumped to cancel the armed fire
-        self._armed: tuple[float, float | None] | None = None  # its second, the fire before
+        # The armed fire's second, the fire before it, and its claim lead.
+        self._armed: tuple[float, float | None, float] | None = None
         self._reserved: set[int] = set()  # items claimed or being claimed here
         self._fires: list[Fire] = []  # fires in flight (running, or completion pending)
         self._unsure: list[Fire] = []  # claims whose answer was lost
@@ -176,17 +177,43 @@ class Firing:
         if after is not None and start > after:
             self._note_dropped(self.rt.trigger, after, start, now)
         moment = self.rt.trigger.next_fire(datetime.fromtimestamp(start, UTC))
-        if moment is not None:
-            self._armed = (moment.timestamp(), after)
-            self._set_timer(moment.timestamp(), after)
+        if moment is None:
+            return
+        when = moment.timestamp()
+        self._armed = (when, after, self._claim_lead(when, after))
+        self._set_timer(when, self._armed[2])
+        ahead = when - self._layout_lead() - now
+        if ahead > 0 and not sharding.has_sharding(self.rt.cache, self.rt.paths):
+            # A first fire far enough away: its layout goes out ahead of it (sooner, the
+            # fire itself has it written).
+            self.rt.host.call_later(ahead, lambda: self.rt.guarded(self.run_pending, "layout"))
 
     def relead(self) -> None:
-        """The process's claim lead grew: the armed fire claims that much earlier."""
-        if self._armed is not None and not self.rt.stopped:
+        """The process's claim lead grew: the armed fire claims that much earlier, unless
+        its lead is capped by the time since its last fire."""
+        if self._armed is None or self.rt.stopped:
+            return
+        when, after, lead = self._armed
+        longer = self._claim_lead(when, after)
+        if longer > lead:
             self._timer += 1
-            self._set_timer(*self._armed)
+            self._armed = (when, after, longer)
+            self._set_timer(when, longer)
 
-    def _set_timer(self, when: float, after: float | None) -> None:
+    def _claim_lead(self, when: float, after: float | None) -> float:
+        # The claim's answer comes after the watch events of its own writes, which grow with
+        # the items claimed: the lead grows with them too (items still start on the second).
+        # Rounded up to a step, so jobs of a process with a few items more or less claim in
+        # the same tick, with one group commit.
+        lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * len(self.local_items(None))
+        lead = math.ceil(lead / CLAIM_LEAD_STEP_SECONDS) * CLAIM_LEAD_STEP_SECONDS
+        if after is not None:
+            # Not before the previous fire is half an interval old: its items would still
+            # be running, and be skipped.
+            lead = min(lead, (when - after) / 2)
+        return lead
+
+    def _set_timer(self, when: float, lead: float) -> None:
         token, now = self._timer, self.rt.host.now()
 
         def due() -> None:
@@ -213,20 +240,7 @@ class Firing:
             else:
                 self.rt.missed.note(self.rt.name, when, late, self.rt.host.now())
 
-        # The claim's answer comes after the watch events of its own writes, which grow with
-        # the items claimed: the lead grows with them too (items still start on the second).
-        # Rounded up to a step, so jobs of a process with a few items more or less claim in
-        # the same tick, with one group commit.
-        lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * len(self.local_items(None))
-        lead = math.ceil(lead / CLAIM_LEAD_STEP_SECONDS) * CLAIM_LEAD_STEP_SECONDS
-        if after is not None:
-            # Not before the previous fire is half an interval old: its items would still
-            # be running, and be skipped.
-            lead = min(lead, (when - after) / 2)
         self.rt.host.call_later(max(0.0, when - lead - now), due)
-        if not sharding.has_sharding(self.rt.cache, self.rt.paths):  # a first fire
-            ahead = max(0.0, when - self._layout_lead() - now)
-            self.rt.host.call_later(ahead, lambda: self.rt.guarded(self.run_pending, "layout"))
 
     def _note_dropped(self, trigger: CronTrigger, after: float, start: float, now: float) -> None:
         """The fires after ``after`` up to ``start`` are not run: this job's last fire ran
