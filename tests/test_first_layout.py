@@ -4,30 +4,60 @@ starting together have joined (Firing._first_layout_ahead, sharding.FirstLayout)
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from shardcron.paths import JobPaths
 from shardcron.sharding import FirstLayout, Joins
 from shardcron.simulation.cluster import Cluster, JobSpec
 from shardcron.simulation.world import EPOCH
 
+PATHS = JobPaths("job0")
 
-def test_a_first_layout_is_written_ahead_of_the_first_fire_once_everyone_has_joined() -> None:
-    """Two instances starting a moment apart: the leader writes the first layout for both
-    once neither has seen a join for a second, before the first fire's claim; written
-    with that claim, as in ElasticJob, a herd's layouts made its first fire seconds late."""
-    paths = JobPaths("job0")
-    jobs = [JobSpec("job0", items=4, period=2, failover=False, misfire=True)]
-    cluster = Cluster(jobs, instances=2, session_timeout=2.0, rng=random.Random(1))
+
+@dataclass(frozen=True)
+class EveryTenSeconds(JobSpec):
+    @property
+    def cron(self) -> str:
+        return "*/10 * * * * ?"
+
+
+def _two_instances(spec: JobSpec) -> Cluster:
+    """Two instances starting half a second apart, 2.1 s after a fire of the cron."""
+    cluster = Cluster([spec], instances=2, session_timeout=2.0, rng=random.Random(1))
     cluster.calm = True
     first, second = cluster.members
     cluster.world.at(EPOCH + 2.1, lambda: cluster.start(first))
     cluster.world.at(EPOCH + 2.6, lambda: cluster.start(second))
-    cluster.world.run_until(EPOCH + 3.5)
-    assert cluster.peek(paths.item_instance(0)) is None  # still waiting for a quiet second
-    cluster.world.run_until(EPOCH + 3.9)  # the first fire (EPOCH + 4) is not claimed yet
-    owners = {cluster.peek(paths.item_instance(i)) for i in range(4)}
-    assert owners == {first.name.encode(), second.name.encode()}
+    return cluster
+
+
+def _owners(cluster: Cluster) -> set[bytes | None]:
+    return {cluster.peek(PATHS.item_instance(i)) for i in range(4)}
+
+
+def test_a_first_layout_is_written_ahead_of_the_first_fire_once_everyone_has_joined() -> None:
+    """The first fire (EPOCH + 10) is asked for its layout 5 s before its claim; the
+    leader writes it for both instances once no join has come for a second, seconds
+    before the claim. Written with that claim, as in ElasticJob, a herd's layouts made
+    its first fire seconds late."""
+    cluster = _two_instances(EveryTenSeconds("job0", 4, 10, failover=False, misfire=True))
+    cluster.world.run_until(EPOCH + 4.9)
+    assert _owners(cluster) == {None}  # not asked yet
+    cluster.world.run_until(EPOCH + 9.5)
+    assert _owners(cluster) == {m.name.encode() for m in cluster.members}
     assert not cluster.ledger.runs
+    cluster.world.run_until(EPOCH + 10.5)
+    assert sorted(run.start for run in cluster.ledger.runs) == [EPOCH + 10] * 4
+
+
+def test_a_first_fire_sooner_than_that_has_its_layout_written_with_it() -> None:
+    """A first fire 1.9 s after the start: no layout ahead; the fire has it written
+    (ElasticJob's way)."""
+    cluster = _two_instances(JobSpec("job0", items=4, period=2, failover=False, misfire=True))
+    cluster.world.run_until(EPOCH + 3.9)
+    assert _owners(cluster) == {None}
+    cluster.world.run_until(EPOCH + 4.5)
+    assert _owners(cluster) == {m.name.encode() for m in cluster.members}
 
 
 def test_a_first_layout_asked_ahead_waits_for_a_join_to_any_job_of_the_process() -> None:

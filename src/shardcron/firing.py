@@ -64,6 +64,7 @@ class Firing:
         self._timer = 0  # bumped to cancel the armed fire
         # The armed fire's second, the fire before it, and its claim lead.
         self._armed: tuple[float, float | None, float] | None = None
+        self._layout_asked = False  # the first layout is due ahead of the first fire
         self._reserved: set[int] = set()  # items claimed or being claimed here
         self._fires: list[Fire] = []  # fires in flight (running, or completion pending)
         self._unsure: list[Fire] = []  # claims whose answer was lost
@@ -182,11 +183,11 @@ class Firing:
         when = moment.timestamp()
         self._armed = (when, after, self._claim_lead(when, after))
         self._set_timer(when, self._armed[2])
-        ahead = when - self._layout_lead() - now
+        ahead = when - self.rt.lead() - FIRST_LAYOUT_AHEAD_SECONDS - now
         if ahead > 0 and not sharding.has_sharding(self.rt.cache, self.rt.paths):
             # A first fire far enough away: its layout goes out ahead of it (sooner, the
-            # fire itself has it written).
-            self.rt.host.call_later(ahead, lambda: self.rt.guarded(self.run_pending, "layout"))
+            # fire itself has it written, as in ElasticJob).
+            self.rt.host.call_later(ahead, self._ask_layout_ahead)
 
     def relead(self) -> None:
         """The process's claim lead grew: the armed fire claims that much earlier, unless
@@ -346,12 +347,13 @@ class Firing:
         if sharding.has_sharding(rt.cache, rt.paths):
             return False
         total = rt.config.sharding_total_count
-        if not sharding.first_layout_fits(rt.registry, rt.paths, total, rt.instance):
-            return True
-        return self._armed is not None and self._armed[0] - rt.host.now() <= self._layout_lead()
+        return self._layout_asked or not sharding.first_layout_fits(
+            rt.registry, rt.paths, total, rt.instance
+        )
 
-    def _layout_lead(self) -> float:
-        return self.rt.lead() + FIRST_LAYOUT_AHEAD_SECONDS
+    def _ask_layout_ahead(self) -> None:
+        self._layout_asked = True
+        self.rt.guarded(self.run_pending, "layout")
 
     def local_items(self, only: list[int] | None) -> list[int]:
         items = self._layout()[0]
