@@ -225,10 +225,10 @@ class Firing:
                 # An item of the job's last fire still runs here: claimed now, it would be
                 # skipped as still running, though it may end in time. A lead learned past
                 # 2 s (the estimate's cap, the longest lead before leads were learned)
-                # waits for it, down to those 2 s.
-                self.rt.host.call_later(
-                    min(BUSY_POLL_SECONDS, when - now - BUSY_CLAIM_LEAD_SECONDS), due
-                )
+                # waits for it, down to those 2 s. (A new timer, not this one again: a
+                # closure that refers to itself lives until the cyclic collector runs.)
+                poll = max(BUSY_CLAIM_LEAD_SECONDS, when - now - BUSY_POLL_SECONDS)
+                self._set_timer(when, poll)
                 return
             late = self.rt.host.released() - when
             # The next fire is armed first: whatever this one does or fails at, the job
