@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from shardcron import firing
+from shardcron import firetimer
 from shardcron.claimlead import ClaimLead
 from shardcron.paths import JobPaths
 from shardcron.simulation.cluster import Cluster, JobSpec
@@ -77,7 +77,7 @@ def test_a_fire_armed_before_the_lead_grew_claims_that_much_earlier() -> None:
     cluster.world.run_until(second - 0.7)  # the fire of `second` is armed, 20 ms of lead
     runtime = member.runtimes["job0"]
     runtime.lead = lambda: 0.4
-    cluster.world.at(second - 0.6, runtime.firing.relead)
+    cluster.world.at(second - 0.6, runtime.firing.timer.relead)
     cluster.world.run_until(second - 0.3)
     assert all(cluster.peek(paths.running(i)) is not None for i in (0, 1))  # claimed
     cluster.world.run_until(second + 0.5)
@@ -92,7 +92,7 @@ def test_a_learned_lead_waits_for_an_item_still_running_instead_of_skipping_it(
     the last one's item running, skip it as a misfire and run it again as soon as it
     ended, off its second. The claim waits for the item instead (down to the lead a
     process has before it learns any, here 0.2 s)."""
-    monkeypatch.setattr(firing, "BUSY_CLAIM_LEAD_SECONDS", 0.2)
+    monkeypatch.setattr(firetimer, "BUSY_CLAIM_LEAD_SECONDS", 0.2)
     jobs = [JobSpec("job0", items=1, period=2, failover=False, misfire=True)]
     cluster = Cluster(jobs, instances=1, session_timeout=2.0, rng=random.Random(1))
     monkeypatch.setattr(cluster, "duration", lambda _member: 1.3)
@@ -101,7 +101,7 @@ def test_a_learned_lead_waits_for_an_item_still_running_instead_of_skipping_it(
     cluster.world.run_until(EPOCH + 3.5)  # started, first layout written
     runtime = member.runtimes["job0"]
     runtime.lead = lambda: 1.0
-    runtime.firing.relead()
+    runtime.firing.timer.relead()
     cluster.world.run_until(EPOCH + 15)
     later = [run.start for run in cluster.ledger.runs if run.start >= EPOCH + 6]
     assert len(later) == 5

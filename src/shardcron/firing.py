@@ -1,11 +1,11 @@
 """The fire side of one job on one instance: its timer, claims, runs and completions.
 
 :class:`Firing` belongs to a :class:`shardcron.runtime.JobRuntime` and, like it, runs on
-the coordinator thread only. It arms the next fire from the job's trigger, claims the
-instance's items ahead of the second (one multi-op), hands them to the fire path
-(:mod:`shardcron.fire`) on the second, completes the claim when the last item returns
-(one multi-op), has skipped items re-run once (:mod:`shardcron.misfires`) and queued
-failover items claimed (:mod:`shardcron.failover`). A fire found while resharding is
+the coordinator thread only. Its timer (:mod:`shardcron.firetimer`) arms the next fire
+from the job's trigger; it claims the instance's items ahead of the second (one
+multi-op), hands them to the fire path (:mod:`shardcron.fire`) on the second, completes
+the claim when the last item returns (one multi-op), has skipped items re-run once
+(:mod:`shardcron.misfires`) and queued failover items claimed (:mod:`shardcron.failover`). A fire found while resharding is
 pending waits (one per job, coalesced) for the new layout instead of holding a thread. A
 claim or completion whose answer was lost stays listed until :meth:`Firing.resolve`
 settles it from the registry after the reconnect.
@@ -14,15 +14,14 @@ settles it from the registry after the reconnect.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from shardcron import claimlead, election, execution, failover, membership, sharding
+from shardcron import election, execution, failover, membership, sharding
 from shardcron.errors import ClockSkewError, RegistryError, ShardcronError, TransactionError
 from shardcron.fire import Fire, FirePath
+from shardcron.firetimer import FireTimer
 from shardcron.idleflag import IdleFlag
 from shardcron.misfires import Misfires
 from shardcron.model import ExecutionSource, ShardingContext, item_ranges, task_id
@@ -30,20 +29,10 @@ from shardcron.paths import INSTANCE_DELIMITER
 
 if TYPE_CHECKING:
     from shardcron.runtime import JobRuntime
-    from shardcron.trigger import CronTrigger
 
 log = logging.getLogger(__name__)
 
 CLOCK_REFRESH_SECONDS = 60.0
-# A fire the timer releases this late is not run: it was missed (a stall, a clock jump),
-# not late. A fire that is late only because the coordinator works through the other
-# fires of its tick (a herd of thousands of jobs due in one second) runs late instead.
-MAX_LATENESS_SECONDS = 1.0
-CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
-CLAIM_LEAD_STEP_SECONDS = 0.025
-BUSY_CLAIM_LEAD_SECONDS = claimlead.MAX_ESTIMATE_SECONDS
-BUSY_POLL_SECONDS = 0.25
-FIRST_LAYOUT_AHEAD_SECONDS = 5.0
 _NOT_READ: tuple[tuple[int, int], tuple[int, ...], bool] = ((-1, -1), (), False)
 
 
@@ -61,9 +50,7 @@ class Firing:
         self.rt = rt
         self.path = path
         self.idle = IdleFlag()
-        self._timer = 0  # bumped to cancel the armed fire
-        # The armed fire's second, the fire before it, and its claim lead.
-        self._armed: tuple[float, float | None, float] | None = None
+        self.timer = FireTimer(self)
         self._layout_asked = False  # the first layout is due ahead of the first fire
         self._reserved: set[int] = set()  # items claimed or being claimed here
         self._fires: list[Fire] = []  # fires in flight (running, or completion pending)
@@ -114,7 +101,7 @@ class Firing:
 
     def stop(self) -> None:
         """No new fire; hand back claims made ahead of a second that has not come."""
-        self._timer += 1
+        self.timer.cancel()
         self._pending = None
         for fire in self._fires[:]:
             if fire in self._unsure or fire in self._claiming:
@@ -165,94 +152,6 @@ class Firing:
             self.complete(fire)  # puts it back if the registry fails again
 
     # -- fires --------------------------------------------------------------------------
-
-    def arm(self, after: float | None = None) -> None:
-        """Arm the timer for the first fire after ``after`` (default: now); the one armed
-        before is cancelled."""
-        self._timer += 1
-        self._armed = None
-        if self.rt.trigger is None or self.rt.stopped:
-            return
-        now = self.rt.host.now()
-        start = now if after is None else max(after, now - MAX_LATENESS_SECONDS)
-        if after is not None and start > after:
-            self._note_dropped(self.rt.trigger, after, start, now)
-        moment = self.rt.trigger.next_fire(datetime.fromtimestamp(start, UTC))
-        if moment is None:
-            return
-        when = moment.timestamp()
-        self._armed = (when, after, self._claim_lead(when, after))
-        self._set_timer(when, self._armed[2])
-        ahead = when - self.rt.lead() - FIRST_LAYOUT_AHEAD_SECONDS - now
-        if ahead > 0 and not sharding.has_sharding(self.rt.cache, self.rt.paths):
-            # A first fire far enough away: its layout goes out ahead of it (sooner, the
-            # fire itself has it written, as in ElasticJob).
-            self.rt.host.call_later(ahead, self._ask_layout_ahead)
-
-    def relead(self) -> None:
-        """The process's claim lead grew: the armed fire claims that much earlier, unless
-        its lead is capped by the time since its last fire."""
-        if self._armed is None or self.rt.stopped:
-            return
-        when, after, lead = self._armed
-        longer = self._claim_lead(when, after)
-        if longer > lead:
-            self._timer += 1
-            self._armed = (when, after, longer)
-            self._set_timer(when, longer)
-
-    def _claim_lead(self, when: float, after: float | None) -> float:
-        # The claim's answer comes after the watch events of its own writes, which grow with
-        # the items claimed: the lead grows with them too (items still start on the second).
-        # Rounded up to a step, so jobs of a process with a few items more or less claim in
-        # the same tick, with one group commit.
-        lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * len(self.local_items(None))
-        lead = math.ceil(lead / CLAIM_LEAD_STEP_SECONDS) * CLAIM_LEAD_STEP_SECONDS
-        if after is not None:
-            # Not before the previous fire is half an interval old: its items would still
-            # be running, and be skipped.
-            lead = min(lead, (when - after) / 2)
-        return lead
-
-    def _set_timer(self, when: float, lead: float) -> None:
-        token, now = self._timer, self.rt.host.now()
-
-        def due() -> None:
-            if token != self._timer:
-                return
-            now = self.rt.host.now()
-            if self._reserved and when - now > BUSY_CLAIM_LEAD_SECONDS:
-                # An item of the job's last fire still runs here: claimed now, it would be
-                # skipped as still running, though it may end in time. A lead learned past
-                # 2 s (the estimate's cap, the longest lead before leads were learned)
-                # waits for it, down to those 2 s. (A new timer, not this one again: a
-                # closure that refers to itself lives until the cyclic collector runs.)
-                poll = max(BUSY_CLAIM_LEAD_SECONDS, when - now - BUSY_POLL_SECONDS)
-                self._set_timer(when, poll)
-                return
-            late = self.rt.host.released() - when
-            # The next fire is armed first: whatever this one does or fails at, the job
-            # keeps its next fire, released on time even if this one holds the coordinator
-            # for seconds (a leader writing a big first layout); armed after, it would
-            # start from the moment this one returned and drop the fires before it.
-            self.arm(after=when)
-            if late <= MAX_LATENESS_SECONDS:
-                self.rt.guarded(lambda: self.fire(start_at=when), "fire")
-            else:
-                self.rt.missed.note(self.rt.name, when, late, self.rt.host.now())
-
-        self.rt.host.call_later(max(0.0, when - lead - now), due)
-
-    def _note_dropped(self, trigger: CronTrigger, after: float, start: float, now: float) -> None:
-        """The fires after ``after`` up to ``start`` are not run: this job's last fire ran
-        more than a second late (an overload, a stall). They count as missed, the first
-        60 of them (a clock jump of hours would otherwise cost a walk over every second)."""
-        moment = trigger.next_fire(datetime.fromtimestamp(after, UTC))
-        for _ in range(60):
-            if moment is None or moment.timestamp() > start:
-                return
-            self.rt.missed.note(self.rt.name, moment.timestamp(), now - moment.timestamp(), now)
-            moment = trigger.next_fire(moment)
 
     def fire(
         self,
@@ -339,10 +238,10 @@ class Firing:
         """A first layout goes out ahead of the first fire, once the instances starting
         together have joined. One too big for one transaction goes as soon as they have:
         written at the first fire, it would hold that fire for the seconds it takes (and
-        the fire of a rare job for hours). A small one goes
-        :data:`FIRST_LAYOUT_AHEAD_SECONDS` before its first fire's claim: written with
-        that claim, as in ElasticJob, the layouts of a herd of 10,000 jobs held their
-        first fire for seconds."""
+        the fire of a rare job for hours). A small one goes when the fire's timer asks
+        (:data:`~shardcron.firetimer.FIRST_LAYOUT_AHEAD_SECONDS` before the fire's
+        claim): written with that claim, as in ElasticJob, the layouts of a herd of
+        10,000 jobs held their first fire for seconds."""
         rt = self.rt
         if sharding.has_sharding(rt.cache, rt.paths):
             return False
@@ -351,7 +250,7 @@ class Firing:
             rt.registry, rt.paths, total, rt.instance
         )
 
-    def _ask_layout_ahead(self) -> None:
+    def ask_layout_ahead(self) -> None:
         self._layout_asked = True
         self.rt.guarded(self.run_pending, "layout")
 

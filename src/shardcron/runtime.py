@@ -221,7 +221,7 @@ class JobRuntime:
         # A registry error in this first heal must not leave the job without its timer
         # and heal tick: the tick retries what the heal left undone.
         self.guarded(lambda: self.healer.heal(full=True), "its start")
-        self.firing.arm()
+        self.firing.timer.arm()
         self.healer.arm()
 
     def _setup_config(self) -> list[Op]:
@@ -434,7 +434,7 @@ class JobRuntime:
         self.config = new
         if (new.cron, new.time_zone) != (old.cron, old.time_zone):
             self.trigger = _trigger(new)
-            self.firing.arm()
+            self.firing.timer.arm()
         if new.sharding_total_count != old.sharding_total_count and self.is_leader():
             self.flag_resharding(force=True)
         self.healer.heal()

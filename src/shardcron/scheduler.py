@@ -434,7 +434,7 @@ class Scheduler:
     def _relead(self) -> None:
         self._relead_due = False
         for runtime in list(self.runtimes.values()):
-            runtime.guarded(runtime.firing.relead, "claim lead")
+            runtime.guarded(runtime.firing.timer.relead, "claim lead")
 
     def _heal_every(self) -> float:
         return healing.heal_seconds(len(self.runtimes))

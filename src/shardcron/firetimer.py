@@ -1,0 +1,135 @@
+"""The timer of one job's fires: when each fire's claim goes out.
+
+A job's next fire is armed from its trigger. Its claim goes out a lead ahead of the
+second: the process's lead (:mod:`shardcron.claimlead`), plus a little per item, never
+earlier than half the time since the job's last fire (its items would still be running,
+and be skipped). When the process's lead grows, the armed fire is moved earlier
+(:meth:`FireTimer.relead`). A lead learned past the estimate's cap waits for an item of
+the job's last fire still running here rather than skip it. A fire released more than
+:data:`MAX_LATENESS_SECONDS` late is missed, not run. A job without a layout yet has it
+asked for :data:`FIRST_LAYOUT_AHEAD_SECONDS` before its first fire's claim.
+
+Coordinator thread only, like the :class:`~shardcron.firing.Firing` it belongs to.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from shardcron import claimlead, sharding
+
+if TYPE_CHECKING:
+    from shardcron.firing import Firing
+    from shardcron.trigger import CronTrigger
+
+# A fire the timer releases this late is not run: it was missed (a stall, a clock jump),
+# not late. A fire that is late only because the coordinator works through the other
+# fires of its tick (a herd of thousands of jobs due in one second) runs late instead.
+MAX_LATENESS_SECONDS = 1.0
+CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
+CLAIM_LEAD_STEP_SECONDS = 0.025
+BUSY_CLAIM_LEAD_SECONDS = claimlead.MAX_ESTIMATE_SECONDS
+BUSY_POLL_SECONDS = 0.25
+FIRST_LAYOUT_AHEAD_SECONDS = 5.0
+
+
+class FireTimer:
+    def __init__(self, firing: Firing) -> None:
+        self.firing = firing
+        self.rt = firing.rt
+        self._token = 0  # bumped to cancel the armed fire
+        # The armed fire's second, the fire before it, and its claim lead.
+        self.armed: tuple[float, float | None, float] | None = None
+
+    def cancel(self) -> None:
+        self._token += 1
+
+    def arm(self, after: float | None = None) -> None:
+        """Arm the timer for the first fire after ``after`` (default: now); the one armed
+        before is cancelled."""
+        self._token += 1
+        self.armed = None
+        if self.rt.trigger is None or self.rt.stopped:
+            return
+        now = self.rt.host.now()
+        start = now if after is None else max(after, now - MAX_LATENESS_SECONDS)
+        if after is not None and start > after:
+            self._note_dropped(self.rt.trigger, after, start, now)
+        moment = self.rt.trigger.next_fire(datetime.fromtimestamp(start, UTC))
+        if moment is None:
+            return
+        when = moment.timestamp()
+        self.armed = (when, after, self._lead(when, after))
+        self._set(when, self.armed[2])
+        ahead = when - self.rt.lead() - FIRST_LAYOUT_AHEAD_SECONDS - now
+        if ahead > 0 and not sharding.has_sharding(self.rt.cache, self.rt.paths):
+            # A first fire far enough away: its layout goes out ahead of it (sooner, the
+            # fire itself has it written, as in ElasticJob).
+            self.rt.host.call_later(ahead, self.firing.ask_layout_ahead)
+
+    def relead(self) -> None:
+        """The process's claim lead grew: the armed fire claims that much earlier, unless
+        its lead is capped by the time since its last fire."""
+        if self.armed is None or self.rt.stopped:
+            return
+        when, after, lead = self.armed
+        longer = self._lead(when, after)
+        if longer > lead:
+            self._token += 1
+            self.armed = (when, after, longer)
+            self._set(when, longer)
+
+    def _lead(self, when: float, after: float | None) -> float:
+        # The claim's answer comes after the watch events of its own writes, which grow with
+        # the items claimed: the lead grows with them too (items still start on the second).
+        # Rounded up to a step, so jobs of a process with a few items more or less claim in
+        # the same tick, with one group commit.
+        lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * len(self.firing.local_items(None))
+        lead = math.ceil(lead / CLAIM_LEAD_STEP_SECONDS) * CLAIM_LEAD_STEP_SECONDS
+        if after is not None:
+            # Not before the previous fire is half an interval old: its items would still
+            # be running, and be skipped.
+            lead = min(lead, (when - after) / 2)
+        return lead
+
+    def _set(self, when: float, lead: float) -> None:
+        token, now = self._token, self.rt.host.now()
+
+        def due() -> None:
+            if token != self._token:
+                return
+            now = self.rt.host.now()
+            if self.firing.reserving and when - now > BUSY_CLAIM_LEAD_SECONDS:
+                # An item of the job's last fire still runs here: claimed now, it would be
+                # skipped as still running, though it may end in time. A lead learned past
+                # 2 s (the estimate's cap, the longest lead before leads were learned)
+                # waits for it, down to those 2 s. (A new timer, not this one again: a
+                # closure that refers to itself lives until the cyclic collector runs.)
+                poll = max(BUSY_CLAIM_LEAD_SECONDS, when - now - BUSY_POLL_SECONDS)
+                self._set(when, poll)
+                return
+            late = self.rt.host.released() - when
+            # The next fire is armed first: whatever this one does or fails at, the job
+            # keeps its next fire, released on time even if this one holds the coordinator
+            # for seconds (a leader writing a big first layout); armed after, it would
+            # start from the moment this one returned and drop the fires before it.
+            self.arm(after=when)
+            if late <= MAX_LATENESS_SECONDS:
+                self.rt.guarded(lambda: self.firing.fire(start_at=when), "fire")
+            else:
+                self.rt.missed.note(self.rt.name, when, late, self.rt.host.now())
+
+        self.rt.host.call_later(max(0.0, when - lead - now), due)
+
+    def _note_dropped(self, trigger: CronTrigger, after: float, start: float, now: float) -> None:
+        """The fires after ``after`` up to ``start`` are not run: this job's last fire ran
+        more than a second late (an overload, a stall). They count as missed, the first
+        60 of them (a clock jump of hours would otherwise cost a walk over every second)."""
+        moment = trigger.next_fire(datetime.fromtimestamp(after, UTC))
+        for _ in range(60):
+            if moment is None or moment.timestamp() > start:
+                return
+            self.rt.missed.note(self.rt.name, moment.timestamp(), now - moment.timestamp(), now)
+            moment = trigger.next_fire(moment)
