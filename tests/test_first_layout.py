@@ -21,13 +21,12 @@ class EveryTenSeconds(JobSpec):
         return "*/10 * * * * ?"
 
 
-def _two_instances(spec: JobSpec) -> Cluster:
-    """Two instances starting half a second apart, 2.1 s after a fire of the cron."""
+def _two_instances(spec: JobSpec, starts: tuple[float, float] = (2.1, 2.6)) -> Cluster:
+    """Two instances starting at these seconds after EPOCH (a fire of either cron)."""
     cluster = Cluster([spec], instances=2, session_timeout=2.0, rng=random.Random(1))
     cluster.calm = True
-    first, second = cluster.members
-    cluster.world.at(EPOCH + 2.1, lambda: cluster.start(first))
-    cluster.world.at(EPOCH + 2.6, lambda: cluster.start(second))
+    for member, start in zip(cluster.members, starts, strict=True):
+        cluster.world.at(EPOCH + start, lambda m=member: cluster.start(m))  # type: ignore[misc]
     return cluster
 
 
@@ -51,9 +50,10 @@ def test_a_first_layout_is_written_ahead_of_the_first_fire_once_everyone_has_joi
 
 
 def test_a_first_fire_sooner_than_that_has_its_layout_written_with_it() -> None:
-    """A first fire 1.9 s after the start: no layout ahead; the fire has it written
-    (ElasticJob's way)."""
-    cluster = _two_instances(JobSpec("job0", items=4, period=2, failover=False, misfire=True))
+    """A first fire 1.4 s after the start: no layout ahead (it would wait a quiet second
+    after the ask anyway); the fire has it written, as in ElasticJob."""
+    spec = JobSpec("job0", items=4, period=2, failover=False, misfire=True)
+    cluster = _two_instances(spec, starts=(2.6, 2.9))
     cluster.world.run_until(EPOCH + 3.9)
     assert _owners(cluster) == {None}
     cluster.world.run_until(EPOCH + 4.5)

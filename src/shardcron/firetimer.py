@@ -7,7 +7,8 @@ and be skipped). When the process's lead grows, the armed fire is moved earlier
 (:meth:`FireTimer.relead`). A lead learned past the estimate's cap waits for an item of
 the job's last fire still running here rather than skip it. A fire released more than
 :data:`MAX_LATENESS_SECONDS` late is missed, not run. A job without a layout yet has it
-asked for :data:`FIRST_LAYOUT_AHEAD_SECONDS` before its first fire's claim.
+asked for :data:`FIRST_LAYOUT_AHEAD_SECONDS` before its first fire's claim (at once if
+that is sooner, unless the claim is under :data:`MIN_LAYOUT_AHEAD_SECONDS` away).
 
 Coordinator thread only, like the :class:`~shardcron.firing.Firing` it belongs to.
 """
@@ -33,6 +34,9 @@ CLAIM_LEAD_STEP_SECONDS = 0.025
 BUSY_CLAIM_LEAD_SECONDS = claimlead.MAX_ESTIMATE_SECONDS
 BUSY_POLL_SECONDS = 0.25
 FIRST_LAYOUT_AHEAD_SECONDS = 5.0
+# A first layout waits a quiet second after it is asked for (sharding.FirstLayout): asked
+# for a fire whose claim is sooner, it would not be out before the claim anyway.
+MIN_LAYOUT_AHEAD_SECONDS = 1.5
 
 
 class FireTimer:
@@ -63,10 +67,13 @@ class FireTimer:
         when = moment.timestamp()
         self.armed = (when, after, self._lead(when, after))
         self._set(when, self.armed[2])
-        ahead = when - self.rt.lead() - FIRST_LAYOUT_AHEAD_SECONDS - now
-        if ahead > 0 and not sharding.has_sharding(self.rt.cache, self.rt.paths):
+        claim_in = when - self.armed[2] - now
+        if claim_in > MIN_LAYOUT_AHEAD_SECONDS and not sharding.has_sharding(
+            self.rt.cache, self.rt.paths
+        ):
             # A first fire far enough away: its layout goes out ahead of it (sooner, the
             # fire itself has it written, as in ElasticJob).
+            ahead = max(0.0, claim_in - FIRST_LAYOUT_AHEAD_SECONDS)
             self.rt.host.call_later(ahead, self.firing.ask_layout_ahead)
 
     def relead(self) -> None:
