@@ -65,14 +65,15 @@ class FireTimer:
         if moment is None:
             return
         when = moment.timestamp()
-        self.armed = (when, after, self._lead(when, after))
-        self._set(when, self.armed[2])
-        claim_in = when - self.armed[2] - now
+        lead = self._lead(when, after)
+        self.armed = (when, after, lead)
+        self._set(when, lead)
+        claim_in = when - lead - now
         if claim_in > MIN_LAYOUT_AHEAD_SECONDS and not sharding.has_sharding(
             self.rt.cache, self.rt.paths
         ):
-            # A first fire far enough away: its layout goes out ahead of it (sooner, the
-            # fire itself has it written, as in ElasticJob).
+            # A first fire whose claim is far enough away: its layout is asked for ahead
+            # of it (a claim sooner than that has the fire write it, as in ElasticJob).
             ahead = max(0.0, claim_in - FIRST_LAYOUT_AHEAD_SECONDS)
             self.rt.host.call_later(ahead, self.firing.ask_layout_ahead)
 
