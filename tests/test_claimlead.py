@@ -1,5 +1,5 @@
 """The claim lead: how long before its second a fire claims its items (claimlead.py),
-and fires armed already claiming earlier once it grows (Firing.relead)."""
+and fires armed already claiming earlier once it grows (FireTimer.relead)."""
 
 from __future__ import annotations
 

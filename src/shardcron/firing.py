@@ -251,6 +251,7 @@ class Firing:
         )
 
     def ask_layout_ahead(self) -> None:
+        """The timer: the first fire's claim is near enough to have its layout written."""
         self._layout_asked = True
         self.rt.guarded(self.run_pending, "layout")
 
