@@ -45,7 +45,7 @@ class FireTimer:
         self.rt = firing.rt
         self._token = 0  # bumped to cancel the armed fire
         # The armed fire's second, the fire before it, and its claim lead.
-        self.armed: tuple[float, float | None, float] | None = None
+        self._armed: tuple[float, float | None, float] | None = None
 
     def cancel(self) -> None:
         self._token += 1
@@ -54,7 +54,7 @@ class FireTimer:
         """Arm the timer for the first fire after ``after`` (default: now); the one armed
         before is cancelled."""
         self._token += 1
-        self.armed = None
+        self._armed = None
         if self.rt.trigger is None or self.rt.stopped:
             return
         now = self.rt.host.now()
@@ -66,7 +66,7 @@ class FireTimer:
             return
         when = moment.timestamp()
         lead = self._lead(when, after)
-        self.armed = (when, after, lead)
+        self._armed = (when, after, lead)
         self._set(when, lead)
         claim_in = when - lead - now
         if claim_in > MIN_LAYOUT_AHEAD_SECONDS and not sharding.has_sharding(
@@ -80,13 +80,13 @@ class FireTimer:
     def relead(self) -> None:
         """The process's claim lead grew: the armed fire claims that much earlier, unless
         its lead is capped by the time since its last fire."""
-        if self.armed is None or self.rt.stopped:
+        if self._armed is None or self.rt.stopped:
             return
-        when, after, lead = self.armed
+        when, after, lead = self._armed
         longer = self._lead(when, after)
         if longer > lead:
             self._token += 1
-            self.armed = (when, after, longer)
+            self._armed = (when, after, longer)
             self._set(when, longer)
 
     def _lead(self, when: float, after: float | None) -> float:
