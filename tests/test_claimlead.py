@@ -22,15 +22,15 @@ class Clock:
         return self.now
 
 
-def test_the_lead_starts_from_an_estimate_per_job_capped_at_two_seconds() -> None:
+def test_the_lead_starts_from_an_estimate_per_job_capped_at_four_seconds() -> None:
     assert ClaimLead(lambda: 0, Clock())() == 0.04
-    assert ClaimLead(lambda: 1000, Clock())() == pytest.approx(0.24)
-    assert ClaimLead(lambda: 10_000, Clock())() == 2.0
-    assert ClaimLead(lambda: 100_000, Clock())() == 2.0
+    assert ClaimLead(lambda: 1000, Clock())() == pytest.approx(0.44)
+    assert ClaimLead(lambda: 10_000, Clock())() == 4.0
+    assert ClaimLead(lambda: 100_000, Clock())() == 4.0
 
 
 def test_a_slow_claim_lengthens_the_lead_with_room_rounded_to_half_seconds() -> None:
-    lead = ClaimLead(lambda: 10_000, Clock())
+    lead = ClaimLead(lambda: 5000, Clock())  # an estimate of 2.04 s
     assert lead.took(3.0)  # grew: 3.0 s and a quarter of room, 3.75 s, rounded up
     assert lead() == 4.0
     assert not lead.took(3.0)  # as long again: no change
@@ -40,8 +40,8 @@ def test_a_slow_claim_lengthens_the_lead_with_room_rounded_to_half_seconds() -> 
 
 def test_fast_claims_leave_the_estimate() -> None:
     lead = ClaimLead(lambda: 1000, Clock())
-    assert not lead.took(0.1)  # 0.125 s of room is under the 0.24 s estimate
-    assert lead() == pytest.approx(0.24)
+    assert not lead.took(0.1)  # 0.125 s of room is under the 0.44 s estimate
+    assert lead() == pytest.approx(0.44)
 
 
 def test_a_small_learned_lead_is_not_rounded_to_half_seconds() -> None:
@@ -61,7 +61,7 @@ def test_a_learned_lead_halves_every_ten_minutes_and_is_capped() -> None:
     clock.now += 600
     assert lead() == 2.0
     clock.now += 6000
-    assert lead() == pytest.approx(0.24)  # decayed under the estimate: the estimate again
+    assert lead() == pytest.approx(0.44)  # decayed under the estimate: the estimate again
     lead.took(60.0)
     assert lead() == 10.0
 

@@ -11,7 +11,7 @@ as fast. So the lead is the larger of two figures:
   asked for to its fire being ready (staged, or started if its second has passed), and
   the lead keeps room for the longest (:data:`MARGIN`). That figure halves every
   :data:`HALF_LIFE_SECONDS` unless a claim takes as long again. Where it is the larger
-  and over the estimate's cap, it is rounded up to :data:`STEP_SECONDS`, so that the
+  and over :data:`SMALL_SECONDS`, it is rounded up to :data:`STEP_SECONDS`, so that the
   jobs of one tick, armed a moment apart while it decays, still share a lead and a group
   commit (below, the fire path's own 25 ms step does).
 
@@ -26,9 +26,15 @@ from dataclasses import dataclass
 
 LEAD_SECONDS = 0.04
 # What claiming one more job's items in the same tick costs, CPU and registry time, with
-# room to spare (measured: about 0.1 ms); 10,000 jobs due together claim 2 s ahead.
-PER_JOB_SECONDS = 0.0002
-MAX_ESTIMATE_SECONDS = 2.0
+# room to spare (measured: 0.1 to 0.25 ms, by machine); 10,000 jobs due together claim
+# 4 s ahead. A process's first herd has no learned lead: with 2 s, a machine half as fast
+# as the one that took 2 s started that herd's items up to 1.3-2.8 s late, one run in two.
+PER_JOB_SECONDS = 0.0004
+MAX_ESTIMATE_SECONDS = 4.0
+# Up to this, a learned lead is kept as it is (a small process's items may run long: a
+# coarse step would claim them early); past it, rounded up to STEP_SECONDS. It is also the
+# lead a fire keeps while it waits for an item of its job's last fire (firetimer).
+SMALL_SECONDS = 2.0
 MARGIN = 1.25
 HALF_LIFE_SECONDS = 600.0
 STEP_SECONDS = 0.5
@@ -50,8 +56,8 @@ class ClaimLead:
         learned = self._decayed(self.clock())
         if learned <= estimate:
             return estimate
-        if learned <= MAX_ESTIMATE_SECONDS:
-            return learned  # a small process: no coarse step (its items may run long)
+        if learned <= SMALL_SECONDS:
+            return learned
         return min(MAX_LEAD_SECONDS, math.ceil(learned / STEP_SECONDS) * STEP_SECONDS)
 
     def took(self, seconds: float) -> bool:

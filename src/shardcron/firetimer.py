@@ -4,8 +4,8 @@ A job's next fire is armed from its trigger. Its claim goes out a lead ahead of 
 second: the process's lead (:mod:`shardcron.claimlead`), plus a little per item, never
 earlier than half the time since the job's last fire (its items would still be running,
 and be skipped). When the process's lead grows, the armed fire is moved earlier
-(:meth:`FireTimer.relead`). A lead learned past the estimate's cap waits for an item of
-the job's last fire still running here rather than skip it. A fire released more than
+(:meth:`FireTimer.relead`). A lead past 2 s waits for an item of the job's last fire
+still running here rather than skip it. A fire released more than
 :data:`MAX_LATENESS_SECONDS` late is missed, not run. A job without a layout yet has it
 asked for :data:`FIRST_LAYOUT_AHEAD_SECONDS` before its first fire's claim (at once if
 that is sooner, unless the claim is under :data:`MIN_LAYOUT_AHEAD_SECONDS` away).
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 MAX_LATENESS_SECONDS = 1.0
 CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
 CLAIM_LEAD_STEP_SECONDS = 0.025
-BUSY_CLAIM_LEAD_SECONDS = claimlead.MAX_ESTIMATE_SECONDS
+BUSY_CLAIM_LEAD_SECONDS = claimlead.SMALL_SECONDS
 BUSY_POLL_SECONDS = 0.25
 FIRST_LAYOUT_AHEAD_SECONDS = 5.0
 # A first layout waits a quiet second after it is asked for (sharding.FirstLayout): asked
@@ -111,10 +111,10 @@ class FireTimer:
             now = self.rt.host.now()
             if self.firing.reserving and when - now > BUSY_CLAIM_LEAD_SECONDS:
                 # An item of the job's last fire still runs here: claimed now, it would be
-                # skipped as still running, though it may end in time. A lead learned past
-                # 2 s (the estimate's cap, the longest lead before leads were learned)
-                # waits for it, down to those 2 s. (A new timer, not this one again: a
-                # closure that refers to itself lives until the cyclic collector runs.)
+                # skipped as still running, though it may end in time. A lead past 2 s
+                # (the longest lead before leads were learned) waits for it, down to
+                # those 2 s. (A new timer, not this one again: a closure that refers to
+                # itself lives until the cyclic collector runs.)
                 poll = max(BUSY_CLAIM_LEAD_SECONDS, when - now - BUSY_POLL_SECONDS)
                 self._set(when, poll)
                 return

@@ -458,9 +458,14 @@ class Scheduler:
             self.coordinate(lambda rt=runtime: rt.on_session(state))  # type: ignore[misc]
 
     def _push(self, when: float, fn: Callable[[], None], on_timer: bool = False) -> None:
+        entry = (when, next(self._seq), fn, on_timer)
         with self._timer:
-            heapq.heappush(self._heap, (when, next(self._seq), fn, on_timer))
-            self._timer.notify()
+            heapq.heappush(self._heap, entry)
+            # The timer thread sleeps until the earliest entry: woken for a later one, it
+            # would only go back to sleep, having taken the GIL from the coordinator (a
+            # herd re-arms thousands of timers at once).
+            if self._heap[0] is entry:
+                self._timer.notify()
 
     def _timer_loop(self) -> None:
         with self._timer:

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 # time, with a little jitter to spread the rounds, not by a count of attempts.
 _DEADLINE_SECONDS = 5.0
 _JITTER_SECONDS = 0.005
+# Its own generator: the module's shared one is seeded and checked by test frameworks
+# (Hypothesis warns when a background thread draws from it mid-test).
+_jitter = random.Random()
 
 
 def parse_stopped(value: bytes | None) -> set[str]:
@@ -68,7 +71,7 @@ def mark_stopped(registry: Registry, cache: TreeCache, job: str, instance: str) 
                 return
             except (NodeExistsError, TransactionError):
                 # Another instance stopped at the same moment: read again.
-                time.sleep(random.uniform(0, _JITTER_SECONDS))
+                time.sleep(_jitter.uniform(0, _JITTER_SECONDS))
         log.warning("job %s: could not record the clean stop of %s", job, instance)
     except RegistryError as exc:
         log.warning("job %s: could not record the clean stop of %s: %s", job, instance, exc)
