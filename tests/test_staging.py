@@ -113,3 +113,30 @@ def test_items_claimed_ahead_start_on_their_second_while_the_coordinator_is_busy
     finally:
         scheduler.stop(grace=5)
     assert waited == [True]
+
+
+def test_a_herd_whose_first_items_end_while_others_wait_completes_every_fire() -> None:
+    """300 staged fires due in the same second on 2 threads: their ends are held until
+    the last item has started (startsfirst), then complete their fires, second after
+    second."""
+    scheduler = Scheduler(MemoryRegistry(), instance_id="127.0.0.1@-@1", max_workers=2)
+    runs: dict[str, int] = {}
+
+    def job(name: str) -> Callable[[object], None]:
+        def run(_ctx: object) -> None:
+            runs[name] = runs.get(name, 0) + 1
+
+        return run
+
+    names = [f"herd{n}" for n in range(300)]
+    for name in names:
+        scheduler.job("* * * * * ?", name=name, sharding_total_count=1)(job(name))
+    scheduler.start()
+    try:
+        wait_until(
+            lambda: all(runs.get(name, 0) >= 3 for name in names),
+            timeout=20,
+            what="three fires of every job",
+        )
+    finally:
+        scheduler.stop(grace=5)

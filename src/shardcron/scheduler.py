@@ -50,6 +50,7 @@ from shardcron.registry import Registry, SessionState, open_registry
 from shardcron.registry.cache import EventThread
 from shardcron.registryconfig import RegistryConfig
 from shardcron.runtime import ErrorHandler, JobRuntime
+from shardcron.startsfirst import StartsFirst
 from shardcron.strategies import Strategy
 from shardcron.tracing import open_tracer
 from shardcron.workercard import WorkerCard
@@ -141,6 +142,7 @@ class Scheduler:
         # (when, order, fn, whether fn runs on the timer thread: it only hands work over)
         self._heap: list[tuple[float, int, Callable[[], None], bool]] = []
         self._released: float | None = None  # see released()
+        self._starts = StartsFirst(self.coordinate, self.call_later)
         self._seq = itertools.count()
         self._started = False
         self._closed = False
@@ -402,9 +404,15 @@ class Scheduler:
     def execute_at(
         self, when: float, works: Sequence[Callable[[], T]], then: Callable[[T], None]
     ) -> None:
-        tasks = [self._worker_task(work, then) for work in works]
+        def run(work: Callable[[], T]) -> None:
+            self._starts.started()
+            result = work()
+            self._starts.ended(lambda: then(result))
+
+        tasks = [functools.partial(run, work) for work in works]
 
         def hand_over() -> None:  # on the timer thread
+            self._starts.handed(len(tasks))
             for task in tasks:
                 self._pool.submit(task)
 

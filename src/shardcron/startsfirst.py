@@ -1,0 +1,86 @@
+"""A herd's items start before the ends of its first items are reported.
+
+On a second, the timer hands the items of every fire staged for it to the worker pool
+at once (:meth:`shardcron.scheduler.Scheduler.execute_at`). Items of a few milliseconds
+end while others of the same second still wait for a thread. Reported one by one, each
+end would have the coordinator complete its fire (build the completion, then apply its
+watch events) under the same GIL as the items still waiting, and those would start
+later: on two workers of 10,000 jobs each, the last items of a herd started 0.38–0.62 s
+late at p99, against 0.28–0.36 s with the ends held.
+
+So while items handed over on a second have not all started, the ends of items are
+held, and go to the coordinator in one task when the last of them starts. They are
+never held longer than :data:`HOLD_SECONDS`: items waiting behind long-running ones in a
+busy pool must not keep the fires that ended from completing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+Report = Callable[[], None]  # runs on the coordinator: an item's end, to its fire
+# Longer than starting a herd of 10,000 items a worker takes on a slow machine, short
+# next to a fire's interval: held this long, an end still completes its fire in time.
+HOLD_SECONDS = 1.0
+
+
+class StartsFirst:
+    """Counts items handed over and not yet started; holds ends while there are any."""
+
+    def __init__(
+        self,
+        coordinate: Callable[[Report], None],
+        call_later: Callable[[float, Report], None],
+    ) -> None:
+        self._coordinate = coordinate
+        self._call_later = call_later
+        self._lock = threading.Lock()
+        self._waiting = 0  # handed over, not yet started
+        self._held: list[Report] = []
+
+    def handed(self, count: int) -> None:
+        """The timer handed ``count`` items to the pool."""
+        with self._lock:
+            self._waiting += count
+
+    def started(self) -> None:
+        """On a worker, as one of those items starts: the last one releases the ends."""
+        with self._lock:
+            self._waiting -= 1
+            if self._waiting > 0 or not self._held:
+                return
+            held, self._held = self._held, []
+        self._coordinate(lambda: _run(held))
+
+    def ended(self, report: Report) -> None:
+        """On a worker, as an item ends: ``report`` goes to the coordinator now, or once
+        the items handed over with it have started."""
+        with self._lock:
+            held = self._waiting > 0
+            if held:
+                self._held.append(report)
+                first = len(self._held) == 1
+        # Outside the lock: the timer thread takes it in handed() while it holds the
+        # timer's own lock, which call_later takes.
+        if not held:
+            self._coordinate(report)
+        elif first:
+            self._call_later(HOLD_SECONDS, self._release)
+
+    def _release(self) -> None:
+        """On the coordinator, :data:`HOLD_SECONDS` after an end was first held."""
+        with self._lock:
+            held, self._held = self._held, []
+        _run(held)
+
+
+def _run(reports: list[Report]) -> None:
+    for report in reports:  # each on its own, as the coordinator runs its tasks
+        try:
+            report()
+        except Exception:
+            log.exception("shardcron internal task failed")
