@@ -5,8 +5,8 @@ at once (:meth:`shardcron.scheduler.Scheduler.execute_at`). Items of a few milli
 end while others of the same second still wait for a thread. Reported one by one, each
 end would have the coordinator complete its fire (build the completion, then apply its
 watch events) under the same GIL as the items still waiting, and those would start
-later: on two workers of 10,000 jobs each, the last items of a herd started 0.38–0.62 s
-late at p99, against 0.28–0.36 s with the ends held.
+later: on two workers of 10,000 jobs each, a steady herd's items started at p99
+0.38–0.62 s late in three runs, against 0.21–0.36 s in five with the ends held.
 
 So while items handed over on a second have not all started, the ends of items are
 held, and go to the coordinator in one task when the last of them starts. They are
@@ -23,9 +23,10 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 Report = Callable[[], None]  # runs on the coordinator: an item's end, to its fire
-# Longer than starting a herd of 10,000 items a worker takes on a slow machine, short
-# next to a fire's interval: held this long, an end still completes its fire in time.
-HOLD_SECONDS = 1.0
+# Half the shortest claim lead of an every-second job (half its interval): an item that
+# ends early in its second and is held this long still completes before its next claim.
+# A herd whose items take longer to start has its ends released in slices this long.
+HOLD_SECONDS = 0.25
 
 
 class StartsFirst:
