@@ -6,7 +6,7 @@ end while others of the same second still wait for a thread. Reported one by one
 end would have the coordinator complete its fire (build the completion, then apply its
 watch events) under the same GIL as the items still waiting, and those would start
 later: on two workers of 10,000 jobs each, a steady herd's items started at p99
-0.38–0.62 s late in three runs, against 0.21–0.36 s in five with the ends held.
+0.38–0.62 s late in three runs, against 0.18–0.36 s in nine with the ends held.
 
 So while items handed over on a second have not all started, the ends of items are
 held, and go to the coordinator in one task when the last of them starts. They are
