@@ -38,6 +38,19 @@ def test_a_slow_claim_lengthens_the_lead_with_room_rounded_to_half_seconds() -> 
     assert lead() == 4.0
 
 
+def test_a_claim_asked_before_the_registry_came_back_teaches_nothing() -> None:
+    clock = Clock()
+    lead = ClaimLead(lambda: 1, clock)
+    clock.now += 5
+    lead.reconnected()
+    clock.now += 0.1
+    assert not lead.took(1.5)  # asked 1.4 s before the reconnection: the outage's time
+    assert lead() == pytest.approx(0.0404)
+    clock.now += 1
+    assert lead.took(0.2)  # asked after it: learned, with a quarter to spare
+    assert lead() == pytest.approx(0.25)
+
+
 def test_fast_claims_leave_the_estimate() -> None:
     lead = ClaimLead(lambda: 1000, Clock())
     assert not lead.took(0.1)  # 0.125 s of room is under the 0.44 s estimate

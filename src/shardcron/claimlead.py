@@ -50,6 +50,7 @@ class ClaimLead:
     clock: Callable[[], float]
     _learned: float = 0.0
     _learned_at: float = 0.0
+    _connected_at: float = 0.0
 
     def __call__(self) -> float:
         estimate = min(MAX_ESTIMATE_SECONDS, LEAD_SECONDS + PER_JOB_SECONDS * self.jobs())
@@ -65,12 +66,21 @@ class ClaimLead:
         grew by :data:`GROWTH_SECONDS` or more (the fires armed already should claim
         earlier: a pass over every job, not worth a few milliseconds)."""
         now = self.clock()
+        if now - seconds < self._connected_at:
+            return False  # asked before the registry came back: it timed the outage
         wanted = seconds * MARGIN
         if wanted <= self._decayed(now):
             return False
         before = self()
         self._learned, self._learned_at = wanted, now
         return self() >= before + GROWTH_SECONDS
+
+    def reconnected(self) -> None:
+        """The registry connection is back: claims asked before now waited for it, and
+        teach nothing (learned, an outage of a second would have every-second jobs
+        claim half a second ahead, and skip items of half a second as still running, for
+        many minutes)."""
+        self._connected_at = self.clock()
 
     def _decayed(self, now: float) -> float:
         return self._learned * math.pow(0.5, (now - self._learned_at) / HALF_LIFE_SECONDS)

@@ -460,6 +460,8 @@ class Scheduler:
     def _on_session(self, state: SessionState) -> None:
         if self._stopping.is_set():
             return  # our own stop closes the session: nothing was lost
+        if state in (SessionState.CONNECTED, SessionState.RECONNECTED):
+            self._lead.reconnected()
         quiet = state in (SessionState.CONNECTED, SessionState.LOST)
         log.log(logging.INFO if quiet else logging.WARNING, "registry session %s", state)
         for runtime in list(self.runtimes.values()):
