@@ -461,7 +461,7 @@ class Scheduler:
         if self._stopping.is_set():
             return  # our own stop closes the session: nothing was lost
         if state in (SessionState.CONNECTED, SessionState.RECONNECTED):
-            self._lead.reconnected()
+            self.coordinate(self._lead.reconnected)  # the lead is the coordinator's
         quiet = state in (SessionState.CONNECTED, SessionState.LOST)
         log.log(logging.INFO if quiet else logging.WARNING, "registry session %s", state)
         for runtime in list(self.runtimes.values()):
