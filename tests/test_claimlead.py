@@ -41,7 +41,10 @@ def test_a_slow_claim_lengthens_the_lead_with_room_rounded_to_half_seconds() -> 
 def test_a_claim_asked_before_the_registry_came_back_teaches_nothing() -> None:
     clock = Clock()
     lead = ClaimLead(lambda: 1, clock)
-    clock.now += 5
+    lead.disconnected()
+    clock.now += 1.2
+    assert not lead.took(1.1)  # answered before the coordinator heard of the reconnection
+    clock.now += 3.8
     lead.reconnected()
     clock.now += 0.1
     assert not lead.took(1.5)  # asked 1.4 s before the reconnection: the outage's time
@@ -120,3 +123,24 @@ def test_a_learned_lead_waits_for_an_item_still_running_instead_of_skipping_it(
     assert len(later) == 5
     assert all(start % 2 == 0 for start in later)  # on their seconds, none re-run off them
     assert not [skip for skip in cluster.ledger.skips if skip.at >= EPOCH + 6]
+
+
+def test_an_item_skipped_ahead_of_its_second_is_re_run_on_that_second_not_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every second, items of 0.6 s, a learned lead of 0.5 s: each claim finds the last
+    run still going and skips it as a misfire. Its re-run used to start as soon as that
+    run ended, 0.4 s before the second it stood for: every item ran twice every other
+    second (the fault-injection suite's calm fires, in CI). It starts on that second."""
+    jobs = [JobSpec("job0", items=1, period=1, failover=False, misfire=True)]
+    cluster = Cluster(jobs, instances=1, session_timeout=2.0, rng=random.Random(1))
+    monkeypatch.setattr(cluster, "duration", lambda _member: 0.6)
+    member = cluster.members[0]
+    cluster.world.at(EPOCH + 0.3, lambda: cluster.start(member))
+    cluster.world.run_until(EPOCH + 3.5)  # started, first layout written
+    runtime = member.runtimes["job0"]
+    runtime.lead = lambda: 0.5
+    runtime.firing.timer.relead()
+    cluster.world.run_until(EPOCH + 15.5)
+    later = [run.start for run in cluster.ledger.runs if run.start >= EPOCH + 6]
+    assert later == [EPOCH + second for second in range(6, 16)]  # each second, on it

@@ -111,6 +111,7 @@ class Fire:
     claim: execution.Claim
     source: ExecutionSource
     session: int
+    when: float = 0.0  # the second it fires for
     context: FireContext | None = None
     errors: dict[int, BaseException] = field(default_factory=dict)
     waiting: deque[ShardingContext] = field(default_factory=deque)

@@ -147,7 +147,9 @@ class Firing:
             else:
                 self.drop(fire)
                 if fire.source is not ExecutionSource.FAILOVER:
-                    self.misfires.skip(fire.items, "registry connection lost while claiming")
+                    self.misfires.skip(
+                        fire.items, "registry connection lost while claiming", fire.when
+                    )
         for fire in self._unfinished[:]:
             self._unfinished.remove(fire)
             self.complete(fire)  # puts it back if the registry fails again
@@ -169,7 +171,7 @@ class Firing:
         if self.rt.stopped:
             return
         if self.rt.suspended:
-            self.misfires.skip(self.local_items(only), "registry connection lost")
+            self.misfires.skip(self.local_items(only), "registry connection lost", when)
             return
         try:
             if not self._clock_ok():
@@ -178,7 +180,7 @@ class Firing:
                 if self._pending is not None and self._pending.when != when:
                     # This newer fire runs the same items: no misfire re-run on top of it.
                     superseded = self.local_items(self._pending.only)
-                    self.misfires.skip(superseded, "resharding in progress", misfire=False)
+                    self.misfires.skip(superseded, "resharding in progress", when, misfire=False)
                 self._pending = _Pending(when, source, only)
                 if self.rt.is_leader():
                     self.rt.resharder.reshard()
@@ -189,7 +191,7 @@ class Firing:
                 followed = self._follow(busy, source, when)
                 busy = [i for i in busy if i not in followed]
             if busy:
-                self.misfires.skip(busy, "still running from an earlier fire")
+                self.misfires.skip(busy, "still running from an earlier fire", when)
             free = [i for i in items if i not in self._reserved]
             if free:
                 self._claim_and_run(free, source, when, trust_cache)
@@ -319,7 +321,8 @@ class Firing:
     def _claim_and_run(
         self, items: list[int], source: ExecutionSource, when: float, trust_cache: bool = True
     ) -> None:
-        fire = Fire(items, execution.Claim(items=list(items)), source, self.rt.registry.session_id)
+        claim = execution.Claim(items=list(items))
+        fire = Fire(items, claim, source, self.rt.registry.session_id, when)
         self.hold(fire)
         if not self.rt.config.monitor_execution:
             self._claimed(fire, when)
@@ -365,7 +368,7 @@ class Firing:
 
     def _claimed(self, fire: Fire, when: float) -> None:
         if fire.claim.contended:
-            self.misfires.skip(fire.claim.contended, "still running on another instance")
+            self.misfires.skip(fire.claim.contended, "still running on another instance", fire.when)
             self._release(fire.claim.contended)
         fire.items = fire.claim.items
         if not fire.items:
@@ -402,7 +405,9 @@ class Firing:
         if not self.claim_holds(fire):
             # The claim may have died with the session meanwhile: never start on it.
             self.misfires.skip(
-                fire.items, "registry connection or session lost before the items started"
+                fire.items,
+                "registry connection or session lost before the items started",
+                fire.when,
             )
             self.complete(fire)
             return

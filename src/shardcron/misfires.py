@@ -5,7 +5,9 @@ An item skipped at a fire (still running from the last one, or on another instan
 resharding, a lost session) is *misfired*: recorded here at once and flagged in the
 registry (``sharding/{i}/misfire``, as ElasticJob) with the tick's group commit. When
 the run that held it ends, the item runs once more (source MISFIRE), however many fires
-it missed. Only the instance whose group commit deletes the registry flag re-runs it;
+it missed, and never before the second of the latest fire it stands for: a fire claimed
+ahead of its second may find the last run still going, and a re-run as soon as that ended
+would start early. Only the instance whose group commit deletes the registry flag re-runs it;
 a flag only recorded here (monitorExecution off, or a write that failed) is its own.
 """
 
@@ -94,6 +96,7 @@ class Misfires:
         # costs its whole group commit another round trip.
         self._flagged: set[int] = set()
         self._taking: set[int] = set()
+        self._not_before: dict[int, float] = {}  # the second of the latest fire skipped
 
     def has(self, item: int) -> bool:
         return item in self._misfired  # read from the event thread: a hint, healed if stale
@@ -101,7 +104,8 @@ class Misfires:
     def note(self, item: int) -> None:
         self._misfired.add(item)
 
-    def skip(self, items: list[int], reason: str, misfire: bool = True) -> None:
+    def skip(self, items: list[int], reason: str, when: float = 0.0, misfire: bool = True) -> None:
+        """Skip ``items`` of the fire of second ``when``."""
         if not items:
             return
         misfire = misfire and self.rt.config.misfire
@@ -121,6 +125,8 @@ class Misfires:
         )
         if misfire:
             self._misfired.update(items)
+            for item in items:
+                self._not_before[item] = max(when, self._not_before.get(item, 0.0))
             unflagged = [i for i in items if i not in self._flagged]
             if unflagged and self.rt.config.monitor_execution and not self.rt.suspended:
                 request = execution.MarkingMisfires(self.rt.cache, self.rt.paths, unflagged)
@@ -177,12 +183,15 @@ class Misfires:
         self.rt.commits.submit(request, then)
 
     def _rerun(self, items: list[int]) -> None:
+        not_before = max((self._not_before.pop(i, 0.0) for i in items), default=0.0)
         # An item claimed meanwhile runs again already: that run covers the missed fire.
         items = sorted(i for i in items if not self._firing.reserved(i))
         if items and not self.rt.stopped:
-            also = self.rt.repeated.also("misfired", self.rt.name, self.rt.host.now())
+            now = self.rt.host.now()
+            also = self.rt.repeated.also("misfired", self.rt.name, now)
             if also is not None:
                 log.info(
                     "job %s: running misfired items %s%s", self.rt.name, item_ranges(items), also
                 )
-            self._firing.fire(ExecutionSource.MISFIRE, only=items)
+            start_at = not_before if not_before > now else None  # claimed now, run then
+            self._firing.fire(ExecutionSource.MISFIRE, only=items, start_at=start_at)

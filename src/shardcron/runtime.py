@@ -134,8 +134,8 @@ class JobRuntime:
                 self.observers,
                 lambda fire: self.guarded(lambda: self.firing.complete(fire), "completion"),
                 lambda fire: self.firing.claim_holds(fire),
-                lambda _fire, items: self.firing.misfires.skip(
-                    items, "registry connection or session lost meanwhile"
+                lambda fire, items: self.firing.misfires.skip(
+                    items, "registry connection or session lost meanwhile", fire.when
                 ),
             ),
         )
