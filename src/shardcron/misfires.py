@@ -5,10 +5,11 @@ An item skipped at a fire (still running from the last one, or on another instan
 resharding, a lost session) is *misfired*: recorded here at once and flagged in the
 registry (``sharding/{i}/misfire``, as ElasticJob) with the tick's group commit. When
 the run that held it ends, the item runs once more (source MISFIRE), however many fires
-it missed, and never before the second of the latest fire it stands for: a fire claimed
-ahead of its second may find the last run still going, and a re-run as soon as that ended
-would start early. Only the instance whose group commit deletes the registry flag re-runs it;
-a flag only recorded here (monitorExecution off, or a write that failed) is its own.
+it missed, and never before the second of the latest fire it stands for (a fire claimed
+ahead of its second may find the last run still going: re-run as soon as that ended, it
+would start early). Only the instance whose group commit deletes the registry flag
+re-runs it; a flag only recorded here (monitorExecution off, or a write that failed) is
+its own.
 """
 
 from __future__ import annotations
