@@ -6,9 +6,12 @@ errors (never skips), so CI fails loudly.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import kazoo.protocol.connection
+import kazoo.retry
 import pytest
 
 from shardcron import secrecy
@@ -22,6 +25,16 @@ from shardcron.testing import (
     expire_session,
     unique_namespace,
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kazoo_draws_from_its_own_random() -> None:
+    """Every live kazoo connection draws a jitter from the ``random`` module each time
+    round its loop; Hypothesis takes a change of that module's state during a property
+    test for a strategy using it, and warns. Clients of the ZooKeeper tests run beside
+    the property tests, so kazoo gets a generator of its own."""
+    kazoo.protocol.connection.random = random.Random()
+    kazoo.retry.random = random.Random()
 
 
 @pytest.fixture(scope="session")

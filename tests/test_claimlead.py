@@ -101,27 +101,35 @@ def test_a_fire_armed_before_the_lead_grew_claims_that_much_earlier() -> None:
     assert starts == [second, second]  # and started on the second all the same
 
 
-def test_a_learned_lead_waits_for_an_item_still_running_instead_of_skipping_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Items of 1.3 s every 2 s, a lead of 1 s: claimed 1 s ahead, each fire would find
-    the last one's item running, skip it as a misfire and run it again as soon as it
-    ended, off its second. The claim waits for the item instead (down to the lead a
-    process has before it learns any, here 0.2 s)."""
-    monkeypatch.setattr(firetimer, "BUSY_CLAIM_LEAD_SECONDS", 0.2)
-    jobs = [JobSpec("job0", items=1, period=2, failover=False, misfire=True)]
+def one_item_runs(
+    monkeypatch: pytest.MonkeyPatch, period: int, duration: float, lead: float, until: float
+) -> tuple[list[float], Cluster]:
+    """A simulated worker with one single-item job of ``period`` seconds whose item runs
+    ``duration`` seconds, claiming ``lead`` seconds ahead from its fourth second on: the
+    starts from its sixth second to ``until``, and the cluster."""
+    jobs = [JobSpec("job0", items=1, period=period, failover=False, misfire=True)]
     cluster = Cluster(jobs, instances=1, session_timeout=2.0, rng=random.Random(1))
-    monkeypatch.setattr(cluster, "duration", lambda _member: 1.3)
+    monkeypatch.setattr(cluster, "duration", lambda _member: duration)
     member = cluster.members[0]
     cluster.world.at(EPOCH + 0.3, lambda: cluster.start(member))
     cluster.world.run_until(EPOCH + 3.5)  # started, first layout written
     runtime = member.runtimes["job0"]
-    runtime.lead = lambda: 1.0
+    runtime.lead = lambda: lead
     runtime.firing.timer.relead()
-    cluster.world.run_until(EPOCH + 15)
-    later = [run.start for run in cluster.ledger.runs if run.start >= EPOCH + 6]
+    cluster.world.run_until(EPOCH + until)
+    return [run.start for run in cluster.ledger.runs if run.start >= EPOCH + 6], cluster
+
+
+def test_a_learned_lead_waits_for_an_item_still_running_instead_of_skipping_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Items of 1.3 s every 2 s, a lead of 1 s: claimed 1 s ahead, each fire would find
+    the last one's item running, and skip it as a misfire. The claim waits for the item
+    instead (down to the lead a process has before it learns any, here 0.2 s)."""
+    monkeypatch.setattr(firetimer, "BUSY_CLAIM_LEAD_SECONDS", 0.2)
+    later, cluster = one_item_runs(monkeypatch, period=2, duration=1.3, lead=1.0, until=15)
     assert len(later) == 5
-    assert all(start % 2 == 0 for start in later)  # on their seconds, none re-run off them
+    assert all(start % 2 == 0 for start in later)  # on their seconds
     assert not [skip for skip in cluster.ledger.skips if skip.at >= EPOCH + 6]
 
 
@@ -132,15 +140,5 @@ def test_an_item_skipped_ahead_of_its_second_is_re_run_on_that_second_not_before
     run still going and skips it as a misfire. Its re-run used to start as soon as that
     run ended, 0.4 s before the second it stood for: every item ran twice every other
     second (the fault-injection suite's calm fires, in CI). It starts on that second."""
-    jobs = [JobSpec("job0", items=1, period=1, failover=False, misfire=True)]
-    cluster = Cluster(jobs, instances=1, session_timeout=2.0, rng=random.Random(1))
-    monkeypatch.setattr(cluster, "duration", lambda _member: 0.6)
-    member = cluster.members[0]
-    cluster.world.at(EPOCH + 0.3, lambda: cluster.start(member))
-    cluster.world.run_until(EPOCH + 3.5)  # started, first layout written
-    runtime = member.runtimes["job0"]
-    runtime.lead = lambda: 0.5
-    runtime.firing.timer.relead()
-    cluster.world.run_until(EPOCH + 15.5)
-    later = [run.start for run in cluster.ledger.runs if run.start >= EPOCH + 6]
+    later, _ = one_item_runs(monkeypatch, period=1, duration=0.6, lead=0.5, until=15.5)
     assert later == [EPOCH + second for second in range(6, 16)]  # each second, on it

@@ -105,8 +105,8 @@ class Misfires:
     def note(self, item: int) -> None:
         self._misfired.add(item)
 
-    def skip(self, items: list[int], reason: str, when: float = 0.0, misfire: bool = True) -> None:
-        """Skip ``items`` of the fire of second ``when``."""
+    def skip(self, items: list[int], reason: str, when: float, misfire: bool = True) -> None:
+        """Skip ``items`` of the fire of second ``when`` (their re-run waits for it)."""
         if not items:
             return
         misfire = misfire and self.rt.config.misfire
