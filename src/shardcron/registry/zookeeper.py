@@ -45,6 +45,13 @@ from shardcron.registry.zkwire import translate as _translate
 from shardcron.registryconfig import RegistryConfig
 
 log = logging.getLogger(__name__)
+# kazoo warns when a client's chroot (our namespace) does not exist yet: start() creates
+# it right after connecting. A filter for good, not warnings.catch_warnings() around the
+# connect: that swaps the process-wide filters, and two registries starting on two threads
+# restored each other's.
+warnings.filterwarnings(
+    "ignore", message="No chroot path exists", category=UserWarning, module="kazoo.client"
+)
 # Any of these for world:anyone means an anonymous client can change the jobs.
 _CHANGE_PERMS = Permissions.WRITE | Permissions.CREATE | Permissions.DELETE | Permissions.ADMIN
 
@@ -182,9 +189,7 @@ class ZooKeeperRegistry:
         return bool(self.client.connected)
 
     def start(self, timeout: float = 15.0) -> None:
-        with _errors(f"connect to ZooKeeper at {self._config.servers}"), warnings.catch_warnings():
-            # kazoo warns that the chroot is missing; it is created right below.
-            warnings.simplefilter("ignore", UserWarning)
+        with _errors(f"connect to ZooKeeper at {self._config.servers}"):
             self.client.start(timeout=timeout)
         self._hook_watch_events()
         with _errors(f"create the namespace /{self._namespace}"):
