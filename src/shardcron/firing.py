@@ -325,7 +325,7 @@ class Firing:
         fire = Fire(items, claim, source, self.rt.registry.session_id, when)
         self.hold(fire)
         if not self.rt.config.monitor_execution:
-            self._claimed(fire, when)
+            self._claimed(fire)
             return
         request = execution.Claiming(
             self.rt.cache, self.rt.paths, items, self.rt.instance, trust_cache=trust_cache
@@ -335,7 +335,7 @@ class Firing:
 
         def then(error: RegistryError | None) -> None:
             self._claiming.remove(fire)
-            self.rt.guarded(lambda: self._on_claim(fire, request, error, when), "claim")
+            self.rt.guarded(lambda: self._on_claim(fire, request, error), "claim")
             # How long it took tells the next lead, whether or not this one was claimed
             # ahead: a herd's first fire, claimed once its layouts are written, teaches
             # the next one.
@@ -348,7 +348,6 @@ class Firing:
         fire: Fire,
         request: execution.Claiming,
         error: RegistryError | None,
-        when: float,
     ) -> None:
         if isinstance(error, TransactionError):
             self.drop(fire)
@@ -364,9 +363,9 @@ class Firing:
             if self.rt.stopped:
                 self.complete(fire)  # stopped while the claim was in flight: hand it back
             else:
-                self._claimed(fire, when)
+                self._claimed(fire)
 
-    def _claimed(self, fire: Fire, when: float) -> None:
+    def _claimed(self, fire: Fire) -> None:
         if fire.claim.contended:
             self.misfires.skip(fire.claim.contended, "still running on another instance", fire.when)
             self._release(fire.claim.contended)
@@ -374,6 +373,7 @@ class Firing:
         if not fire.items:
             self.drop(fire)
             return
+        when = fire.when
         wait = when - self.rt.host.now()
         if wait > 0 and self.path.stages:
             self.dispatch(fire, at=when)  # claimed ahead of time: the timer starts its items
