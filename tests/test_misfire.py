@@ -289,7 +289,7 @@ def test_a_stalled_worker_logs_its_missed_fires_in_one_line(
         if stalled == "coordinator":
             scheduler.coordinate(lambda: time.sleep(3.5))
         else:
-            with scheduler._timer:  # the timer thread waits for its lock
+            with scheduler._timers.lock:  # the timer thread waits for its lock
                 time.sleep(3.5)
         wait_until(
             lambda: all(any(t > stall_ends for t in r) for r in runs.values()),

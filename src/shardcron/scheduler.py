@@ -20,8 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-import heapq
-import itertools
 import logging
 import os
 import signal
@@ -52,6 +50,7 @@ from shardcron.registryconfig import RegistryConfig
 from shardcron.runtime import ErrorHandler, JobRuntime
 from shardcron.startsfirst import StartsFirst
 from shardcron.strategies import Strategy
+from shardcron.timers import Timers, logged
 from shardcron.tracing import open_tracer
 from shardcron.workercard import WorkerCard
 from shardcron.workerpool import WorkerPool
@@ -138,14 +137,9 @@ class Scheduler:
         self._repeated = RepeatedLines()
         self._joins = sharding.Joins()
         self._loop = AsyncLoop()
-        self._timer = threading.Condition()
-        # (when, order, fn, whether fn runs on the timer thread: it only hands work over)
-        self._heap: list[tuple[float, int, Callable[[], None], bool]] = []
-        self._released: float | None = None  # see released()
+        self._timers = Timers(self.coordinate)
         self._starts = StartsFirst(self.coordinate, self.call_later)
-        self._seq = itertools.count()
         self._started = False
-        self._closed = False
         self._stopping = threading.Event()
         self._dump_port = dump_port
         self._dump: DumpServer | None = None
@@ -217,7 +211,7 @@ class Scheduler:
             self.metrics.serve(port, host)
         self._coordinator = EventThread("shardcron-coordinator")
         self.registry.add_session_listener(self._on_session)
-        threading.Thread(target=self._timer_loop, name="shardcron-timer", daemon=True).start()
+        self._timers.start()
         self._started = True
         # Groups of jobs register together (see shardcron.registration); a few groups at
         # a time, so one group's round trips overlap another's work.
@@ -226,7 +220,7 @@ class Scheduler:
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="shardcron-start") as starter:
             for group in groups:
                 starter.submit(
-                    _logged,
+                    logged,
                     functools.partial(start_together, self.registry, group, self._failed_to_start),
                 )
 
@@ -343,10 +337,7 @@ class Scheduler:
 
     def _close(self) -> None:
         self.runtimes.clear()
-        with self._timer:
-            self._closed = True
-            self._heap.clear()
-            self._timer.notify_all()
+        self._timers.close()
         if self._coordinator is not None:
             done = threading.Event()
             self._coordinator.submit(done.set)  # let queued deregistrations finish first
@@ -392,7 +383,7 @@ class Scheduler:
         return time.time()
 
     def released(self) -> float:
-        return self._released if self._released is not None else time.time()
+        return self._timers.released()
 
     @property
     def chains_items(self) -> bool:
@@ -416,7 +407,7 @@ class Scheduler:
             for task in tasks:
                 self._pool.submit(task)
 
-        self._push(when, hand_over, on_timer=True)
+        self._timers.push(when, hand_over, on_timer=True)
 
     def _worker_task(self, work: Callable[[], T], then: Callable[[T], None]) -> Callable[[], None]:
         def run() -> None:
@@ -430,7 +421,7 @@ class Scheduler:
             self._coordinator.submit(fn)
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
-        self._push(time.time() + delay, fn)
+        self._timers.push(time.time() + delay, fn)
 
     def _claim_took(self, seconds: float) -> None:
         """A grown lead applies to the fires armed already, once the claims answered in
@@ -470,48 +461,6 @@ class Scheduler:
         for runtime in list(self.runtimes.values()):
             self.coordinate(lambda rt=runtime: rt.on_session(state))  # type: ignore[misc]
 
-    def _push(self, when: float, fn: Callable[[], None], on_timer: bool = False) -> None:
-        entry = (when, next(self._seq), fn, on_timer)
-        with self._timer:
-            heapq.heappush(self._heap, entry)
-            # The timer thread sleeps until the earliest entry: woken for a later one, it
-            # would only go back to sleep, having taken the GIL from the coordinator (a
-            # herd re-arms thousands of timers at once).
-            if self._heap[0] is entry:
-                self._timer.notify()
-
-    def _timer_loop(self) -> None:
-        with self._timer:
-            while not self._closed:
-                if not self._heap:
-                    self._timer.wait(60)
-                    continue
-                now = time.time()
-                delay = self._heap[0][0] - now
-                if delay > 0:
-                    self._timer.wait(min(delay, 60))
-                    continue
-                # Everything due is one coordinator task: the group commit it leads to
-                # then holds the claims of every job due in this tick. Staged items go
-                # to the workers straight away: a herd's would otherwise queue behind it.
-                due = []
-                while self._heap and self._heap[0][0] <= now:
-                    _, _, fn, on_timer = heapq.heappop(self._heap)
-                    if on_timer:
-                        fn()
-                    else:
-                        due.append(fn)
-                if due:
-                    self.coordinate(lambda due=due, at=now: self._run_timers(due, at))  # type: ignore[misc]
-
-    def _run_timers(self, fns: list[Callable[[], None]], released: float) -> None:
-        self._released = released
-        try:
-            for fn in fns:
-                _logged(fn)
-        finally:
-            self._released = None
-
 
 def _raise_gc_threshold(young: int) -> None:
     """Process-wide, for the rest of the process; a collector the program disabled or set
@@ -519,13 +468,6 @@ def _raise_gc_threshold(young: int) -> None:
     current, *older = gc.get_threshold()
     if 0 < current < young:
         gc.set_threshold(young, *older)
-
-
-def _logged(fn: Callable[[], None]) -> None:
-    try:
-        fn()
-    except Exception:
-        log.exception("shardcron internal task failed")
 
 
 def callable_ref(fn: object) -> str | None:

@@ -16,11 +16,10 @@ busy pool must not keep the fires that ended from completing.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 
-log = logging.getLogger(__name__)
+from shardcron.timers import logged
 
 Report = Callable[[], None]  # runs on the coordinator: an item's end, to its fire
 # Half the shortest claim lead of an every-second job (half its interval): an item that
@@ -81,7 +80,4 @@ class StartsFirst:
 
 def _run(reports: list[Report]) -> None:
     for report in reports:  # each on its own, as the coordinator runs its tasks
-        try:
-            report()
-        except Exception:
-            log.exception("shardcron internal task failed")
+        logged(report)
