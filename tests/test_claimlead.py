@@ -4,10 +4,10 @@ and fires armed already claiming earlier once it grows (FireTimer.relead)."""
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import pytest
 
-from shardcron import firetimer
 from shardcron.claimlead import ClaimLead
 from shardcron.paths import JobPaths
 from shardcron.simulation.cluster import Cluster, JobSpec
@@ -102,12 +102,17 @@ def test_a_fire_armed_before_the_lead_grew_claims_that_much_earlier() -> None:
 
 
 def one_item_runs(
-    monkeypatch: pytest.MonkeyPatch, period: int, duration: float, lead: float, until: float
+    monkeypatch: pytest.MonkeyPatch,
+    period: int,
+    duration: float,
+    lead: float,
+    until: float,
+    misfire: bool = True,
 ) -> tuple[list[float], Cluster]:
     """A simulated worker with one single-item job of ``period`` seconds whose item runs
     ``duration`` seconds, claiming ``lead`` seconds ahead from its fourth second on: the
     starts from its sixth second to ``until``, and the cluster."""
-    jobs = [JobSpec("job0", items=1, period=period, failover=False, misfire=True)]
+    jobs = [JobSpec("job0", items=1, period=period, failover=False, misfire=misfire)]
     cluster = Cluster(jobs, instances=1, session_timeout=2.0, rng=random.Random(1))
     monkeypatch.setattr(cluster, "duration", lambda _member: duration)
     member = cluster.members[0]
@@ -120,25 +125,50 @@ def one_item_runs(
     return [run.start for run in cluster.ledger.runs if run.start >= EPOCH + 6], cluster
 
 
-def test_a_learned_lead_waits_for_an_item_still_running_instead_of_skipping_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Items of 1.3 s every 2 s, a lead of 1 s: claimed 1 s ahead, each fire would find
-    the last one's item running, and skip it as a misfire. The claim waits for the item
-    instead (down to the lead a process has before it learns any, here 0.2 s)."""
-    monkeypatch.setattr(firetimer, "BUSY_CLAIM_LEAD_SECONDS", 0.2)
-    later, cluster = one_item_runs(monkeypatch, period=2, duration=1.3, lead=1.0, until=15)
-    assert len(later) == 5
-    assert all(start % 2 == 0 for start in later)  # on their seconds
-    assert not [skip for skip in cluster.ledger.skips if skip.at >= EPOCH + 6]
+def skips_from_the_sixth_second(cluster: Cluster) -> list[float]:
+    return [skip.at - EPOCH for skip in cluster.ledger.skips if skip.at >= EPOCH + 6]
 
 
-def test_an_item_skipped_ahead_of_its_second_is_re_run_on_that_second_not_before(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("misfire", [True, False])
+def test_an_item_that_ends_before_the_next_second_is_no_misfire(
+    monkeypatch: pytest.MonkeyPatch, misfire: bool
 ) -> None:
     """Every second, items of 0.6 s, a learned lead of 0.5 s: each claim finds the last
-    run still going and skips it as a misfire. Its re-run used to start as soon as that
-    run ended, 0.4 s before the second it stood for: every item ran twice every other
-    second (the fault-injection suite's calm fires, in CI). It starts on that second."""
-    later, _ = one_item_runs(monkeypatch, period=1, duration=0.6, lead=0.5, until=15.5)
+    run still going. It used to skip it as a misfire: with misfire off, every other fire
+    was lost; with it on, flagged, and re-run. The run ends before the second, so the
+    fire runs on it, as a fire claimed on its second does (and ElasticJob's)."""
+    later, cluster = one_item_runs(monkeypatch, 1, 0.6, 0.5, until=15.5, misfire=misfire)
     assert later == [EPOCH + second for second in range(6, 16)]  # each second, on it
+    assert skips_from_the_sixth_second(cluster) == []
+
+
+def test_a_long_lead_waits_for_an_item_still_running_instead_of_skipping_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Items of 1.3 s every 2 s, a lead of 1 s: claimed 1 s ahead, each fire finds the
+    last one's item running. It runs on its second all the same."""
+    later, cluster = one_item_runs(monkeypatch, period=2, duration=1.3, lead=1.0, until=15)
+    assert later == [EPOCH + second for second in range(6, 15, 2)]
+    assert skips_from_the_sixth_second(cluster) == []
+
+
+@pytest.mark.parametrize("misfire", [True, False])
+def test_an_item_still_running_on_the_next_second_is_skipped_on_it(
+    monkeypatch: pytest.MonkeyPatch, misfire: bool
+) -> None:
+    """Every second, items of 1.3 s: each run is still going on the next second. That
+    fire is skipped on its second (not when claimed ahead); with misfire on, it runs
+    once the run ends, and never before its second (a re-run used to start as soon as
+    the run ended, ahead of the second it stood for: the fault-injection suite's calm
+    fires, in CI, ran items twice every other second)."""
+    later, cluster = one_item_runs(monkeypatch, 1, 1.3, 0.5, until=14.5, misfire=misfire)
+    skips = skips_from_the_sixth_second(cluster)
+    starts = [start - EPOCH for start in later]
+    on_seconds = [start for start in starts if start == int(start)]
+    if misfire:
+        # A start is on its second, or a re-run as the run before it ends.
+        assert all(b in on_seconds or b - a == pytest.approx(1.3) for a, b in pairwise(starts))
+    else:
+        assert starts == on_seconds
+    assert all(skip == int(skip) for skip in skips)  # on its second, not ahead of it
+    assert sorted(on_seconds + skips) == list(range(6, 15))  # each second runs or is skipped

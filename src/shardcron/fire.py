@@ -117,8 +117,8 @@ class Fire:
     waiting: deque[ShardingContext] = field(default_factory=deque)
     active: int = 0
     ended: bool = False  # the after listeners and the final status were sent
-    # A fire of these items due while this one's completion was on its way: (source,
-    # second, items), claimed once the completion is applied (see Firing.fire).
+    # A fire of these items due while this one held them: (source, second, items),
+    # claimed once this one's completion is applied (see Firing._follow).
     follow: tuple[ExecutionSource, float, list[int]] | None = None
     gate: Gate | None = None  # set when staged
 

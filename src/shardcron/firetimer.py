@@ -4,8 +4,7 @@ A job's next fire is armed from its trigger. Its claim goes out a lead ahead of 
 second: the process's lead (:mod:`shardcron.claimlead`), plus a little per item, never
 earlier than half the time since the job's last fire (its items would still be running,
 and be skipped). When the process's lead grows, the armed fire is moved earlier
-(:meth:`FireTimer.relead`). A lead past 2 s waits for an item of the job's last fire
-still running here rather than skip it. A fire released more than
+(:meth:`FireTimer.relead`). A fire released more than
 :data:`MAX_LATENESS_SECONDS` late is missed, not run. A job without a layout yet has it
 asked for :data:`FIRST_LAYOUT_AHEAD_SECONDS` before its first fire's claim (at once if
 that is sooner, unless the claim is under :data:`MIN_LAYOUT_AHEAD_SECONDS` away).
@@ -19,7 +18,7 @@ import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from shardcron import claimlead, sharding
+from shardcron import sharding
 
 if TYPE_CHECKING:
     from shardcron.firing import Firing
@@ -31,8 +30,6 @@ if TYPE_CHECKING:
 MAX_LATENESS_SECONDS = 1.0
 CLAIM_LEAD_PER_ITEM_SECONDS = 0.003
 CLAIM_LEAD_STEP_SECONDS = 0.025
-BUSY_CLAIM_LEAD_SECONDS = claimlead.SMALL_SECONDS
-BUSY_POLL_SECONDS = 0.25
 FIRST_LAYOUT_AHEAD_SECONDS = 5.0
 # A first layout waits a quiet second after it is asked for (sharding.FirstLayout): asked
 # for a fire whose claim is sooner, it would not be out before the claim anyway.
@@ -94,7 +91,7 @@ class FireTimer:
         # the items claimed: the lead grows with them too (items still start on the second).
         # Rounded up to a step, so jobs of a process with a few items more or less claim in
         # the same tick, with one group commit.
-        lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * len(self.firing.local_items(None))
+        lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * self.firing.local_count
         lead = math.ceil(lead / CLAIM_LEAD_STEP_SECONDS) * CLAIM_LEAD_STEP_SECONDS
         if after is not None:
             # Not before the previous fire is half an interval old: its items would still
@@ -107,16 +104,6 @@ class FireTimer:
 
         def due() -> None:
             if token != self._token:
-                return
-            now = self.rt.host.now()
-            if self.firing.reserving and when - now > BUSY_CLAIM_LEAD_SECONDS:
-                # An item of the job's last fire still runs here: claimed now, it would be
-                # skipped as still running, though it may end in time. A lead past 2 s
-                # (the longest lead before leads were learned) waits for it, down to
-                # those 2 s. (A new timer, not this one again: a closure that refers to
-                # itself lives until the cyclic collector runs.)
-                poll = max(BUSY_CLAIM_LEAD_SECONDS, when - now - BUSY_POLL_SECONDS)
-                self._set(when, poll)
                 return
             late = self.rt.host.released() - when
             # The next fire is armed first: whatever this one does or fails at, the job

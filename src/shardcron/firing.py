@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from shardcron import election, execution, failover, membership, sharding
-from shardcron.errors import ClockSkewError, RegistryError, ShardcronError, TransactionError
+from shardcron.clockskew import ClockCheck
+from shardcron.errors import RegistryError, ShardcronError, TransactionError
 from shardcron.fire import Fire, FirePath
 from shardcron.firetimer import FireTimer
 from shardcron.idleflag import IdleFlag
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CLOCK_REFRESH_SECONDS = 60.0
 _NOT_READ: tuple[tuple[int, int], tuple[int, ...], bool] = ((-1, -1), (), False)
 
 
@@ -60,8 +60,7 @@ class Firing:
         self._claiming: list[Fire] = []  # claims sent with the tick's group commit
         self._completing: list[Fire] = []  # completions sent likewise
         self._pending: _Pending | None = None
-        self._clock_offset = 0.0
-        self._clock_checked_at = -CLOCK_REFRESH_SECONDS
+        self._clock = ClockCheck(rt.name, rt.registry, rt.paths.system_time, rt.host.now)
         self._local = _NOT_READ  # see _layout
         self._instance_node = rt.paths.instance(rt.instance)
         self.misfires = Misfires(rt, self)
@@ -83,7 +82,7 @@ class Firing:
     @property
     def running(self) -> bool:
         """Some fire here is not over: claimed, or its items not all returned. A fire whose
-        completion alone is on its way is over: a fire now follows it."""
+        completion alone is on its way is over."""
         return any(not fire.ended for fire in self._fires)
 
     def reserved(self, item: int) -> bool:
@@ -174,8 +173,9 @@ class Firing:
             self.misfires.skip(self.local_items(only), "registry connection lost", when)
             return
         try:
-            if not self._clock_ok():
-                return
+            skew = self._clock.skew(self.rt.config.max_time_diff_seconds)
+            if skew is not None and not self.path.report(None, skew):
+                return  # a THROW handler aborts the fire, as in Java
             if self.rt.reshard_due or sharding.is_necessary(self.rt.cache, self.rt.paths):
                 if self._pending is not None and self._pending.when != when:
                     # This newer fire runs the same items: no misfire re-run on top of it.
@@ -199,19 +199,34 @@ class Firing:
             self._report(exc)
 
     def _follow(self, items: list[int], source: ExecutionSource, when: float) -> set[int]:
-        """Those of ``items`` whose run has returned and whose completion is on its way:
-        this fire claims them once that completion is applied, a moment late, instead of
-        skipping them as still running. An overloaded worker, or a run that ends just
-        before the second, would otherwise flag a misfire, and take the flag back, for
-        every fire: two more writes and a later run of each. One fire follows each."""
+        """Those of ``items`` held by an earlier fire here: this fire claims them once that
+        fire's completion is applied, instead of skipping them as still running. Claimed a
+        lead ahead of its second, a fire would skip runs that end before it, as no fire
+        claimed on the second (nor ElasticJob) does: with misfire off, a job lost every
+        other fire. A run still going on the second is skipped then. One fire follows each."""
         followed: set[int] = set()
         for fire in self._fires:
-            if fire.ended and fire.follow is None:
+            if fire.follow is None:
                 mine = [i for i in fire.items if i in items]
                 if mine:
                     fire.follow = (source, when, mine)
                     followed.update(mine)
+                    if not fire.ended:
+                        self._look_on_the_second(fire, when)
         return followed
+
+    def _look_on_the_second(self, fire: Fire, when: float) -> None:
+        """On the second ``when`` of the fire that follows ``fire``: if ``fire``'s items
+        still run, that fire misfired, as one claimed on its second would have."""
+
+        def overran() -> None:
+            if fire.ended or fire.follow is None or fire.follow[1] != when:
+                return
+            items, fire.follow = fire.follow[2], None
+            self.misfires.skip(items, "still running from an earlier fire", when)
+
+        delay = max(0.0, when - self.rt.host.now())
+        self.rt.host.call_later(delay, lambda: self.rt.guarded(overran, "fire"))
 
     def _report(self, error: ShardcronError) -> None:
         self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)
@@ -262,6 +277,11 @@ class Firing:
         items = self._layout()[0]
         return list(items) if only is None else [i for i in items if i in only]
 
+    @property
+    def local_count(self) -> int:
+        """How many items this instance has (read at every fire's arming: no copy)."""
+        return len(self._layout()[0])
+
     def _layout(self) -> tuple[tuple[int, ...], bool]:
         """This instance's items, and whether its server is enabled. Read every fire and
         heal, a walk over all the job's items: kept while the cache shows the same values
@@ -274,24 +294,6 @@ class Firing:
             enabled = membership.server_enabled(cache, paths, self.rt.ip)
             self._local = (key, tuple(mine), enabled)
         return self._local[1], self._local[2]
-
-    def _clock_ok(self) -> bool:
-        """The time-diff check: compare with the registry's clock, measured once a minute."""
-        limit = self.rt.config.max_time_diff_seconds
-        if limit < 0:
-            return True
-        now = self.rt.host.now()
-        if now - self._clock_checked_at > CLOCK_REFRESH_SECONDS:
-            self._clock_offset = self.rt.registry.server_time(self.rt.paths.system_time) - now
-            self._clock_checked_at = now
-        if abs(self._clock_offset) <= limit:
-            return True
-        error = ClockSkewError(
-            f"job {self.rt.name!r}: local clock differs from the registry's by "
-            f"{self._clock_offset:+.1f}s, more than maxTimeDiffSeconds={limit}; sync this host's "
-            "clock (NTP) or raise maxTimeDiffSeconds"
-        )
-        return self.path.report(None, error)  # a THROW handler aborts this fire, as in Java
 
     def _fire_items(self, only: list[int] | None) -> list[int]:
         cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
@@ -390,6 +392,8 @@ class Firing:
         self._unsure.append(fire)
 
     def drop(self, fire: Fire) -> None:
+        """Stop tracking ``fire`` (completed, or its claim failed): its items are free, and
+        a fire that follows it claims them."""
         self._release(fire.items)
         if fire in self._fires:
             self._fires.remove(fire)
@@ -397,6 +401,10 @@ class Firing:
             self.idle.set()
             if self.rt.stopped:
                 self.rt.deregister()
+        follow, fire.follow = fire.follow, None
+        if follow is not None and not self.rt.stopped:
+            source, when, items = follow
+            self.fire(source, items, when, trust_cache=False)  # runs them: no re-run to look for
 
     def dispatch(self, fire: Fire, at: float | None = None) -> None:
         """Start ``fire``'s items now, or stage them to start at ``at``."""
@@ -487,12 +495,10 @@ class Firing:
         self.rt.commits.submit_completion(request, then)
 
     def _completed(self, fire: Fire) -> None:
+        followed = fire.follow is not None  # the fire that follows runs them
         self.drop(fire)
         if self.rt.stopped:
             return
-        if fire.follow is not None:
-            source, when, items = fire.follow
-            self.fire(source, items, when, trust_cache=False)  # runs them: no re-run to look for
-        elif fire.source is not ExecutionSource.FAILOVER:
+        if not followed and fire.source is not ExecutionSource.FAILOVER:
             self.misfires.rerun(fire.items)
         self.failovers.claim(phase=1)

@@ -1,0 +1,39 @@
+"""The time-diff check (ElasticJob's ``maxTimeDiffSeconds``): this host's clock against
+the registry's, measured once a minute by writing a node and reading its mtime.
+
+A fire whose host clock is off by more than the job allows is reported (a ``THROW``
+error handler aborts it, as in Java): cron seconds mean nothing on a wrong clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from shardcron.errors import ClockSkewError
+from shardcron.registry import Registry
+
+REFRESH_SECONDS = 60.0
+
+
+class ClockCheck:
+    def __init__(self, job: str, registry: Registry, node: str, now: Callable[[], float]) -> None:
+        self._job, self._registry, self._node, self._now = job, registry, node, now
+        self._offset = 0.0
+        self._checked_at = -REFRESH_SECONDS
+
+    def skew(self, limit: int) -> ClockSkewError | None:
+        """The error when this host's clock is more than ``limit`` seconds off (-1: no
+        check); None when it is within it."""
+        if limit < 0:
+            return None
+        now = self._now()
+        if now - self._checked_at > REFRESH_SECONDS:
+            self._offset = self._registry.server_time(self._node) - now
+            self._checked_at = now
+        if abs(self._offset) <= limit:
+            return None
+        return ClockSkewError(
+            f"job {self._job!r}: local clock differs from the registry's by "
+            f"{self._offset:+.1f}s, more than maxTimeDiffSeconds={limit}; sync this host's "
+            "clock (NTP) or raise maxTimeDiffSeconds"
+        )
