@@ -224,8 +224,11 @@ def check_registry(
     jobs: list[str],
     peek: Callable[[str], bytes | None],
     children: Callable[[str], list[str]],
+    ahead: Callable[[str, str, int], bool],
 ) -> list[str]:
-    """I4: no claim, failover or resharding node outlives what it stands for."""
+    """I4: no claim, failover or resharding node outlives what it stands for. A claim its
+    holder made ahead of a fire still to come (``ahead(job, holder, item)``) stands for
+    that fire."""
     found = []
     open_runs = {(r.job, r.item, r.instance): r for r in ledger.open_runs()}
     for job in jobs:
@@ -236,7 +239,7 @@ def check_registry(
             item = int(name)
             holder = peek(paths.running(item))
             run = None if holder is None else open_runs.get((job, item, holder.decode()))
-            if holder is not None and run is None:
+            if holder is not None and run is None and not ahead(job, holder.decode(), item):
                 found.append(f"I4 {job}#{item}: stale running node (holder {holder.decode()})")
             for leaf in (paths.failover(item), paths.failovering(item)):
                 if peek(leaf) is not None and (

@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shardcron.claimlead import ClaimLead
 from shardcron.errors import NodeExistsError
 from shardcron.groupcommit import GroupCommit
 from shardcron.jobconfig import JobConfig
@@ -68,6 +69,7 @@ class Member:
     inner: MemoryRegistry
     registry: FaultyRegistry
     runtimes: dict[str, JobRuntime] = field(default_factory=dict)
+    lead: ClaimLead | None = None  # the process's, as a Scheduler's: learned from its claims
     long_items: bool = False  # the next items it starts outlast the stop grace
 
 
@@ -119,6 +121,7 @@ class Cluster:
         member.registry.add_session_listener(lambda state: self._route(member, state))
         member.registry.start()
         commits = GroupCommit(member.registry, host)
+        lead = member.lead = ClaimLead(lambda: len(self.jobs), lambda: self.world.now)
         for job in self.jobs:
             runtime = JobRuntime(
                 job.config(),
@@ -128,7 +131,8 @@ class Cluster:
                 member.ip,
                 host,
                 workers=2,
-                lead=lambda: 0.02,
+                lead=lead,
+                claim_took=lambda seconds, m=member: self._claim_took(m, seconds),  # type: ignore[misc]
                 on_detach=lambda rt, m=member: m.runtimes.pop(rt.name, None),  # type: ignore[misc]
                 observers=[self.ledger.observe],
                 commits=commits,
@@ -137,8 +141,18 @@ class Cluster:
             runtime.start()
         self.ledger.note(f"{member.name} started")
 
+    def _claim_took(self, member: Member, seconds: float) -> None:
+        if member.lead is not None and member.lead.took(seconds):
+            for runtime in list(member.runtimes.values()):  # as a Scheduler moves them
+                runtime.guarded(runtime.firing.timer.relead, "claim lead")
+
     def _route(self, member: Member, state: SessionState) -> None:
         self.ledger.note(f"{member.name} session {state}")
+        lead = member.lead
+        if lead is not None and state in (SessionState.CONNECTED, SessionState.RECONNECTED):
+            member.host.coordinate(lead.reconnected)
+        elif lead is not None and state in (SessionState.SUSPENDED, SessionState.EXPIRED):
+            member.host.coordinate(lead.disconnected)
         for runtime in list(member.runtimes.values()):
             member.host.coordinate(lambda rt=runtime: rt.on_session(state))  # type: ignore[misc]
 
@@ -198,6 +212,14 @@ class Cluster:
     def kids(self, path: str) -> list[str]:
         node = self.server._nodes.get(f"/{NAMESPACE}{path}")
         return [] if node is None else sorted(node.children)
+
+    def claimed_ahead(self, job: str, holder: str, item: int) -> bool:
+        """Whether ``holder`` claimed ``item`` of ``job`` for a fire whose second is still to
+        come (a claim lead learned from slow answers reaches half a period)."""
+        member = next((m for m in self.members if m.name == holder), None)
+        runtime = None if member is None else member.runtimes.get(job)
+        fires = [] if runtime is None else runtime.firing._fires
+        return any(item in f.claim.versions and f.when > self.world.now for f in fires)
 
     def leader(self, job: str) -> Member | None:
         value = self.peek(JobPaths(job).election_instance)

@@ -148,7 +148,9 @@ def run(cluster: Cluster, chaos_end: float) -> Result:
     }
     # Only a job with a live enabled instance left has anybody to repair its nodes.
     alive = [job for job, names in available.items() if names]
-    verdict.violations += checks.check_registry(ledger, alive, cluster.peek, cluster.kids)
+    verdict.violations += checks.check_registry(
+        ledger, alive, cluster.peek, cluster.kids, cluster.claimed_ahead
+    )
     verdict.violations += checks.check_layouts(available, cluster.totals, cluster.peek)
     return Result(
         seed=-1,
