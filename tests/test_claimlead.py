@@ -10,6 +10,7 @@ import pytest
 
 from shardcron.claimlead import ClaimLead
 from shardcron.paths import JobPaths
+from shardcron.registry import SessionState
 from shardcron.simulation.cluster import Cluster, JobSpec
 from shardcron.simulation.world import EPOCH
 
@@ -41,11 +42,11 @@ def test_a_slow_claim_lengthens_the_lead_with_room_rounded_to_half_seconds() -> 
 def test_a_claim_asked_before_the_registry_came_back_teaches_nothing() -> None:
     clock = Clock()
     lead = ClaimLead(lambda: 1, clock)
-    lead.disconnected()
+    lead.session(SessionState.SUSPENDED)
     clock.now += 1.2
     assert not lead.took(1.1)  # answered before the coordinator heard of the reconnection
     clock.now += 3.8
-    lead.reconnected()
+    lead.session(SessionState.RECONNECTED)
     clock.now += 0.1
     assert not lead.took(1.5)  # asked 1.4 s before the reconnection: the outage's time
     assert lead() == pytest.approx(0.0404)

@@ -24,6 +24,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from shardcron.registry import SessionState
+
 LEAD_SECONDS = 0.04
 # What claiming one more job's items in the same tick costs, CPU and registry time, with
 # room to spare (measured: 0.1 to 0.25 ms, by machine); 10,000 jobs due together claim
@@ -87,6 +89,14 @@ class ClaimLead:
         claim half a second ahead, and skip items of half a second as still running, for
         many minutes)."""
         self._connected_at = self.clock()
+
+    def session(self, state: SessionState) -> None:
+        """The process's registry session changed (on the coordinator, as the claims'
+        answers are)."""
+        if state in (SessionState.CONNECTED, SessionState.RECONNECTED):
+            self.reconnected()
+        elif state in (SessionState.SUSPENDED, SessionState.EXPIRED):
+            self.disconnected()
 
     def _decayed(self, now: float) -> float:
         return self._learned * math.pow(0.5, (now - self._learned_at) / HALF_LIFE_SECONDS)

@@ -16,6 +16,8 @@ REFRESH_SECONDS = 60.0
 
 
 class ClockCheck:
+    __slots__ = ("_checked_at", "_job", "_node", "_now", "_offset", "_registry")  # one per job
+
     def __init__(self, job: str, registry: Registry, node: str, now: Callable[[], float]) -> None:
         self._job, self._registry, self._node, self._now = job, registry, node, now
         self._offset = 0.0

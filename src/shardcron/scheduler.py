@@ -451,11 +451,7 @@ class Scheduler:
     def _on_session(self, state: SessionState) -> None:
         if self._stopping.is_set():
             return  # our own stop closes the session: nothing was lost
-        # The lead is the coordinator's.
-        if state in (SessionState.CONNECTED, SessionState.RECONNECTED):
-            self.coordinate(self._lead.reconnected)
-        elif state in (SessionState.SUSPENDED, SessionState.EXPIRED):
-            self.coordinate(self._lead.disconnected)
+        self.coordinate(lambda: self._lead.session(state))  # the lead is the coordinator's
         quiet = state in (SessionState.CONNECTED, SessionState.LOST)
         log.log(logging.INFO if quiet else logging.WARNING, "registry session %s", state)
         for runtime in list(self.runtimes.values()):

@@ -148,11 +148,8 @@ class Cluster:
 
     def _route(self, member: Member, state: SessionState) -> None:
         self.ledger.note(f"{member.name} session {state}")
-        lead = member.lead
-        if lead is not None and state in (SessionState.CONNECTED, SessionState.RECONNECTED):
-            member.host.coordinate(lead.reconnected)
-        elif lead is not None and state in (SessionState.SUSPENDED, SessionState.EXPIRED):
-            member.host.coordinate(lead.disconnected)
+        if (lead := member.lead) is not None:
+            member.host.coordinate(lambda: lead.session(state))
         for runtime in list(member.runtimes.values()):
             member.host.coordinate(lambda rt=runtime: rt.on_session(state))  # type: ignore[misc]
 
