@@ -2,9 +2,9 @@
 
 A job's next fire is armed from its trigger. Its claim goes out a lead ahead of the
 second: the process's lead (:mod:`shardcron.claimlead`), plus a little per item, never
-earlier than half the time since the job's last fire (its items would still be running,
-and be skipped). When the process's lead grows, the armed fire is moved earlier
-(:meth:`FireTimer.relead`). A fire released more than
+earlier than half the time since the job's last fire (its items would still be running:
+one fire follows a run, the ones after it are skipped). When the process's lead grows,
+the armed fire is moved earlier (:meth:`FireTimer.relead`). A fire released more than
 :data:`MAX_LATENESS_SECONDS` late is missed, not run. A job without a layout yet has it
 asked for :data:`FIRST_LAYOUT_AHEAD_SECONDS` before its first fire's claim (at once if
 that is sooner, unless the claim is under :data:`MIN_LAYOUT_AHEAD_SECONDS` away).
@@ -95,7 +95,7 @@ class FireTimer:
         lead = math.ceil(lead / CLAIM_LEAD_STEP_SECONDS) * CLAIM_LEAD_STEP_SECONDS
         if after is not None:
             # Not before the previous fire is half an interval old: its items would still
-            # be running, and be skipped.
+            # be running, and only one fire follows a run (Firing._follow).
             lead = min(lead, (when - after) / 2)
         return lead
 

@@ -6,8 +6,8 @@ resharding, a lost session) is *misfired*: recorded here at once and flagged in 
 registry (``sharding/{i}/misfire``, as ElasticJob) with the tick's group commit. When
 the run that held it ends, the item runs once more (source MISFIRE), however many fires
 it missed, and never before the second of the latest fire it stands for (a fire claimed
-ahead of its second may find the last run still going: re-run as soon as that ended, it
-would start early). Only the instance whose group commit deletes the registry flag
+ahead of its second may skip an item, still running on another instance say: re-run as
+soon as that run ended, it would start early). Only the instance whose group commit deletes the registry flag
 re-runs it; a flag only recorded here (monitorExecution off, or a write that failed) is
 its own.
 """
