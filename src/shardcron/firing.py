@@ -403,8 +403,11 @@ class Firing:
                 self.rt.deregister()
         follow, fire.follow = fire.follow, None
         if follow is not None and not self.rt.stopped:
-            source, when, items = follow
-            self.fire(source, items, when, trust_cache=False)  # runs them: no re-run to look for
+            self._run_follow(follow)
+
+    def _run_follow(self, follow: tuple[ExecutionSource, float, list[int]]) -> None:
+        source, when, items = follow
+        self.fire(source, items, when, trust_cache=False)  # runs them: no re-run to look for
 
     def dispatch(self, fire: Fire, at: float | None = None) -> None:
         """Start ``fire``'s items now, or stage them to start at ``at``."""
@@ -495,10 +498,15 @@ class Firing:
         self.rt.commits.submit_completion(request, then)
 
     def _completed(self, fire: Fire) -> None:
-        followed = fire.follow is not None  # the fire that follows runs them
+        follow, fire.follow = fire.follow, None  # claimed below, after failover items
         self.drop(fire)
         if self.rt.stopped:
             return
-        if not followed and fire.source is not ExecutionSource.FAILOVER:
-            self.misfires.rerun(fire.items)
+        # Queued failover items first: they go to idle instances, and this one is idle
+        # now, between two fires, as in ElasticJob. Claimed first, the fire that follows
+        # kept a busy instance busy for good, and the items waited for another.
         self.failovers.claim(phase=1)
+        if follow is not None:
+            self._run_follow(follow)
+        elif fire.source is not ExecutionSource.FAILOVER:
+            self.misfires.rerun(fire.items)
