@@ -126,7 +126,11 @@ def registry_url(zk: ZooKeeperServer, namespace: str, session_ms: int) -> str:
 
 
 def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), **(extra or {})}
+    """The environment of the processes the bench starts: this tree's ``src`` ahead of the
+    installed package, so that a copy of another revision measures that revision's code
+    in its workers too, not the checkout the virtualenv was installed from."""
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    return {**os.environ, "PYTHONPATH": path, **(extra or {})}
 
 
 def spawn(
