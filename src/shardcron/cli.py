@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 import click
 
-from shardcron import __version__
+from shardcron import __version__, arenas
 from shardcron import demo as demo_module
 from shardcron.cli_console import console as console_command
 from shardcron.cli_operations import OPERATIONS, _admin
@@ -122,6 +122,7 @@ def run(
 
     A job with a bad setting is reported on one line and left out; the others run.
     """
+    arenas.cap()  # before any thread starts: see shardcron.arenas
     app, problems = read_config_file(config)
     if app is None or any(p.job is None for p in problems):
         _fail(str(next(p for p in problems if p.job is None)))
