@@ -1,5 +1,6 @@
 """The worker pool: items run side by side up to the cap, never more threads than that,
-and work not started by a shutdown is dropped."""
+short items on as few threads as keep the queue moving, and work not started by a
+shutdown is dropped."""
 
 from __future__ import annotations
 
@@ -31,6 +32,45 @@ def test_items_run_side_by_side_up_to_the_cap_on_that_many_threads() -> None:
     finally:
         pool.shutdown()
     assert len(names) == 3
+
+
+def test_short_items_run_on_one_thread_while_the_queue_moves() -> None:
+    # A burst of short items on 32 threads would hand the GIL from thread to thread at
+    # every system call; one thread that keeps the queue moving starts them all sooner.
+    pool = WorkerPool(8, "test-pool", stall=1.0)
+    names: set[str] = set()
+    done: list[int] = []
+
+    def work(n: int) -> None:
+        names.add(threading.current_thread().name)
+        done.append(n)
+
+    try:
+        for n in range(500):
+            pool.submit(lambda n=n: work(n))  # type: ignore[misc]
+        wait_until(lambda: len(done) == 500, 10, "the burst")
+    finally:
+        pool.shutdown()
+    assert names == {"test-pool_0"}
+
+
+def test_an_item_blocked_in_its_thread_does_not_hold_back_the_queue() -> None:
+    pool = WorkerPool(4, "test-pool")
+    release = threading.Event()
+    started: list[str] = []
+
+    def blocked() -> None:
+        started.append("blocked")
+        release.wait(10)
+
+    try:
+        pool.submit(blocked)
+        pool.submit(lambda: started.append("next"))
+        wait_until(lambda: sorted(started) == ["blocked", "next"], 10, "the next item")
+        assert not release.is_set()  # it started while the first still blocked its thread
+    finally:
+        release.set()
+        pool.shutdown()
 
 
 def test_past_the_cap_an_item_waits_for_a_free_thread() -> None:
