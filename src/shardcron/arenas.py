@@ -2,8 +2,8 @@
 
 glibc gives each thread that allocates its own arena, up to eight per core, and keeps
 what an arena once held. A worker's pool runs job code on up to 32 threads, so its
-resident memory grew by an arena's pages for every thread the pool started: 31 threads
-cost a worker of 100 every-second jobs about a third of its memory per job. The
+resident memory grew by an arena's pages for every thread the pool started: with all 32
+started, a worker of 100 every-second jobs read 3-4 KiB more per job than capped. The
 allocations that matter here are made under the GIL, so threads sharing two arenas do
 not wait on each other for long; this is the usual ``MALLOC_ARENA_MAX=2`` of Python
 services, applied by the worker itself.
