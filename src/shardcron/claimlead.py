@@ -77,26 +77,18 @@ class ClaimLead:
         self._learned, self._learned_at = wanted, now
         return self() >= before + GROWTH_SECONDS
 
-    def disconnected(self) -> None:
-        """The registry connection dropped: until it is back, answers come from requests
-        that waited for it (an answer may reach the coordinator before the reconnection
-        does)."""
-        self._connected_at = math.inf
-
-    def reconnected(self) -> None:
-        """The registry connection is back: claims asked before now waited for it, and
-        teach nothing (learned, an outage of a second would have every-second jobs
-        claim half a second ahead, and skip items of half a second as still running, for
-        many minutes)."""
-        self._connected_at = self.clock()
-
     def session(self, state: SessionState) -> None:
         """The process's registry session changed (on the coordinator, as the claims'
         answers are)."""
         if state in (SessionState.CONNECTED, SessionState.RECONNECTED):
-            self.reconnected()
+            # Claims asked before now waited for the connection, and teach nothing:
+            # learned, an outage of a second would have every-second jobs claim half a
+            # second ahead for many minutes.
+            self._connected_at = self.clock()
         elif state in (SessionState.SUSPENDED, SessionState.EXPIRED):
-            self.disconnected()
+            # Until it is back, answers come from requests that waited for it (an answer
+            # may reach the coordinator before the reconnection does).
+            self._connected_at = math.inf
 
     def _decayed(self, now: float) -> float:
         return self._learned * math.pow(0.5, (now - self._learned_at) / HALF_LIFE_SECONDS)

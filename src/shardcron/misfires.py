@@ -7,9 +7,9 @@ registry (``sharding/{i}/misfire``, as ElasticJob) with the tick's group commit.
 the run that held it ends, the item runs once more (source MISFIRE), however many fires
 it missed, and never before the second of the latest fire it stands for (a fire claimed
 ahead of its second may skip an item, still running on another instance say: re-run as
-soon as that run ended, it would start early). Only the instance whose group commit deletes the registry flag
-re-runs it; a flag only recorded here (monitorExecution off, or a write that failed) is
-its own.
+soon as that run ended, it would start early). Only the instance whose group commit
+deletes the registry flag re-runs it; a flag only recorded here (monitorExecution off, or
+a write that failed) is its own.
 """
 
 from __future__ import annotations
