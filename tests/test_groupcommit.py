@@ -125,7 +125,7 @@ def test_the_jobs_due_in_one_tick_claim_and_complete_in_one_transaction_each(
     assert outcomes.errors == {"a": None, "b": None, "c": None}
     for name, (paths, _) in found.items():
         assert requests[name].result.items == [0, 1]
-        assert all(registry.stat(paths.lease(i)) is not None for i in (0, 1))
+        assert all(registry.get(paths.running(i)) == ME.encode() for i in (0, 1))
 
     before = registry.request_count
     completions = {n: Completing(found[n][0], r.result.versions) for n, r in requests.items()}
@@ -220,17 +220,17 @@ def test_a_request_that_cannot_go_on_gets_the_error_and_the_others_apply(
 def test_a_big_tick_is_cut_into_chunks_under_the_request_limit(
     registry: MemoryRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(groupcommit, "MAX_CHUNK_OPS", 20)
+    monkeypatch.setattr(groupcommit, "MAX_CHUNK_OPS", 14)
     host = Coordinator()
     commits = GroupCommit(registry, host)
-    found = jobs(registry, "abcdefghij")  # 10 jobs x 2 items x 3 ops: 60 ops
+    found = jobs(registry, "abcdefghij")  # 10 jobs x 2 items x 2 ops: 40 ops
     before = registry.request_count
     requests, outcomes = claim_all(commits, found)
     # Full chunks go out while the tick is still being prepared; nobody is answered yet.
     assert registry.request_count - before == 3 and outcomes.errors == {}
     host.run()
 
-    assert registry.request_count - before == 4  # 18 ops per chunk: whole requests only
+    assert registry.request_count - before == 4  # 12 ops per chunk: whole requests only
     assert set(outcomes.errors.values()) == {None}
     assert all(r.result.items == [0, 1] for r in requests.values())
 
@@ -351,7 +351,7 @@ def test_a_tick_of_thousands_of_items_fits_few_requests_that_zookeeper_accepts(
     instance = "10.123.234.111@-@" + "7" * 40
     try:
         found = {}
-        for n in range(14):
+        for n in range(20):
             paths = JobPaths(f"a-job-with-a-rather-long-descriptive-name-{n:02d}-" + "x" * 50)
             registry.put(paths.item(0), b"")  # with its parents
             registry.transaction([Create(paths.item(i), b"") for i in range(1, 100)])
@@ -365,17 +365,17 @@ def test_a_tick_of_thousands_of_items_fits_few_requests_that_zookeeper_accepts(
         for n, paths in found.items():
             claims[n] = Claiming(cache, paths, list(range(100)), instance)
             commits.submit(claims[n], outcomes.then(f"claim{n}"))
-        host.run_until(lambda: len(outcomes.errors) == 14)
+        host.run_until(lambda: len(outcomes.errors) == 20)
         claimed, sent[:] = len(sent), []
         for n, paths in found.items():
             commits.submit(Completing(paths, claims[n].result.versions), outcomes.then(f"{n}"))
-        host.run_until(lambda: len(outcomes.errors) == 28)
+        host.run_until(lambda: len(outcomes.errors) == 40)
         completed = len(sent)
         left = [registry.stat(paths.running(0)) for paths in found.values()]
     finally:
         registry.close()
     assert set(outcomes.errors.values()) == {None}
     assert all(len(c.result.items) == 100 for c in claims.values())
-    assert left == [None] * 14
-    # 1,400 items x 3 ops: about 1.1 MB of claims by the bound, 0.7 MB of completions.
+    assert left == [None] * 20
+    # 2,000 items x 2 ops: about 0.94 MB of claims by the bound, 0.65 MB of completions.
     assert (claimed, completed) == (2, 1)

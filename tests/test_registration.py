@@ -143,7 +143,7 @@ def test_a_job_cache_fetches_the_values_it_reads_and_tracks_flags_for_existence(
     ]
     flags = [
         paths.running(7),
-        paths.lease(7),
+        paths.lease("10.0.0.1@-@1"),
         paths.misfire(7),
         paths.item(7),
         paths.instance("10.0.0.1@-@1"),

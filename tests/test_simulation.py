@@ -177,7 +177,6 @@ def test_i4_catches_nodes_left_behind() -> None:
     paths = JobPaths("job")
     tree = {
         paths.running(0): b"a",
-        paths.lease(0): b"a",
         paths.failovering(1): b"b",
         paths.failover_item(2): b"",
         paths.sharding_processing: b"",
@@ -194,7 +193,7 @@ def test_i4_catches_nodes_left_behind() -> None:
     ]
     live = _ledger()
     live.start("job", 0, "a", 1, NORMAL)  # a running node of a run still going is fine
-    tree = {paths.running(0): b"a", paths.lease(0): b"a"}
+    tree = {paths.running(0): b"a"}
     assert checks.check_registry(live, ["job"], tree.get, lambda _: [], lambda *_: False) == []
     # A claim made ahead of a fire still to come stands for that fire.
     ahead = {("job", "a", 0)}
@@ -216,7 +215,6 @@ def test_request_kinds_are_told_apart_by_their_ops() -> None:
     p = JobPaths("job")
     claim: list[Op] = [
         Create(p.running(0)),
-        Create(p.lease(0), ephemeral=True),
         SetData(p.item(0), b""),
     ]
     failover: list[Op] = [
@@ -226,10 +224,7 @@ def test_request_kinds_are_told_apart_by_their_ops() -> None:
     ]
     assert kind_of("transaction", claim) is Kind.CLAIM
     assert kind_of("transaction", claim + failover) is Kind.FAILOVER_CLAIM
-    assert (
-        kind_of("transaction", [Check(p.item(0), 3), Delete(p.lease(0)), Delete(p.running(0))])
-        is Kind.COMPLETION
-    )
+    assert kind_of("transaction", [Check(p.item(0), 3), Delete(p.running(0))]) is Kind.COMPLETION
     assert (
         kind_of("transaction", [Delete(p.running(0)), Create(p.failover_item(0))])
         is Kind.FAILOVER_QUEUE

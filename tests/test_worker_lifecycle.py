@@ -19,7 +19,7 @@ from shardcron.errors import ConfigError, ConnectionLostError
 from shardcron.healing import MAX_HEALS_PER_SECOND, Healer
 from shardcron.model import ShardingContext, item_ranges, some
 from shardcron.paths import JobPaths
-from shardcron.registry import Op, OpResult
+from shardcron.registry import Create, Op, OpResult
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
 from shardcron.scheduler import GC_YOUNG_PER_JOB, GC_YOUNG_THRESHOLD, Scheduler
 from shardcron.strategies import avg_allocation, register_strategy
@@ -321,7 +321,7 @@ def test_a_follower_heals_without_walking_the_items(
 
 
 class LostClaimRegistry(MemoryRegistry):
-    """Applies the next claim (a transaction that creates a lease) and loses its answer;
+    """Applies the next claim (a transaction that creates ``running``) and loses its answer;
     with ``drop_link`` the connection goes with it, as in an outage mid-claim."""
 
     def __init__(self, server: MemoryServer, drop_link: bool) -> None:
@@ -330,7 +330,7 @@ class LostClaimRegistry(MemoryRegistry):
         self.armed = False
 
     def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
-        claim = any(op.path.endswith("/running/lease") for op in ops)
+        claim = any(isinstance(op, Create) and op.path.endswith("/running") for op in ops)
         if not (self.armed and claim):
             return super().transaction(ops)
         self.armed = False

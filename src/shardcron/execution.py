@@ -1,14 +1,19 @@
-"""Claiming and completing the items of one fire: ``running``, its ``lease``, ``misfire``.
+"""Claiming and completing the items of one fire: ``running``, the holder's lease, ``misfire``.
 
 A claim is one transaction that, for every item the instance is about to run, creates
-the persistent ``sharding/{i}/running`` (value: the holder's id, as ElasticJob writes it),
-its ephemeral child ``running/lease`` and touches the item node ``sharding/{i}``:
+the persistent ``sharding/{i}/running`` (value: the holder's id, as ElasticJob writes it)
+and touches the item node ``sharding/{i}``:
 
 * the registry applies it atomically, so an item still running elsewhere makes the claim
   fail for that item only: it is left out (and flagged ``misfire``), the rest run;
-* the lease lives exactly as long as the holder's session. ``running`` without its lease
-  means the holder died (or lost its session): that is how the leader tells a crashed
-  run from a live one, even when an operator removed the holder's instance node;
+* the holder's ephemeral ``leases/{id}`` (one per instance and job, created when it
+  registers) lives exactly as long as the holder's session. A ``running`` whose holder has
+  neither a lease nor an instance node belongs to a dead session: that is how the leader
+  tells a crashed run from a live one, even when an operator removed the holder's instance
+  node. The lease outlives every fire, so a fire writes nothing for it; the claim only
+  checks that it exists, in the same transaction. A claim sent on a new session before
+  the instance registered again would otherwise create ``running`` nodes that look dead
+  and are failed over while they run;
 * touching the item node bumps its version. The version a claim produced identifies
   that claim, so completion is conditional on it (``Check``) in the same transaction:
   a stale run can never delete a newer claim. The transaction id is the *fencing token*.
@@ -44,22 +49,25 @@ class Claim:
     token: int = 0
     versions: dict[int, int] = field(default_factory=dict)  # item -> item node version
     contended: list[int] = field(default_factory=list)
+    unleased: list[int] = field(default_factory=list)  # not claimed: no lease (see Claiming)
 
 
 def claim_ops(paths: JobPaths, item: int, instance: str) -> list[Op]:
-    me = instance.encode()
     return [
-        Create(paths.running(item), me),
-        Create(paths.lease(item), me, ephemeral=True),
+        Create(paths.running(item), instance.encode()),
         SetData(paths.item(item), b""),
     ]
+
+
+CLAIM_OPS = 2  # per item, as claim_ops writes them: the item node's touch is the last
 
 
 class Claiming:
     """The claim of ``items`` as a :class:`shardcron.groupcommit.Request`: every item not
     already running anywhere; ``extra`` ops ride along. Items whose ``running`` node
     exists end in ``result.contended``; a second round trip happens only when the cache had
-    not yet seen such a node."""
+    not yet seen such a node. Without this instance's lease (a new session not registered
+    yet, or someone removed it) nothing is claimed: the items end in ``result.unleased``."""
 
     def __init__(
         self,
@@ -81,12 +89,13 @@ class Claiming:
     def ops(self) -> list[Op]:
         if self._ops is None:
             ops = [op for i in self.free for op in claim_ops(self.paths, i, self.instance)]
-            self._ops = ops + self.extra if ops else []
+            lease = Check(self.paths.lease(self.instance))
+            self._ops = [*ops, lease, *self.extra] if ops else []
         return self._ops
 
     def applied(self, results: Sequence[object]) -> None:
         for n, item in enumerate(self.free):
-            stat = results[n * 3 + 2]
+            stat = results[n * CLAIM_OPS + CLAIM_OPS - 1]
             assert isinstance(stat, Stat)
             self.result.versions[item] = stat.version
             self.result.token = stat.mzxid
@@ -94,9 +103,14 @@ class Claiming:
         self.free, self._ops = [], []
 
     def refused(self, index: int, cause: RegistryError) -> bool:
-        if index >= 3 * len(self.free) or not isinstance(cause, NodeExistsError | NoNodeError):
+        claims = CLAIM_OPS * len(self.free)
+        if index == claims and isinstance(cause, NoNodeError):  # the lease's check
+            self.result.unleased, self.free = self.free, []
+            self.result.items, self._ops = [], None
+            return True
+        if index >= claims or not isinstance(cause, NodeExistsError | NoNodeError):
             return False
-        self.result.contended.append(self.free.pop(index // 3))
+        self.result.contended.append(self.free.pop(index // CLAIM_OPS))
         self.result.items = list(self.free)
         self._ops = None
         return True
@@ -118,7 +132,6 @@ class Completing:
         self.groups: dict[int, list[Op]] = {
             item: [
                 Check(paths.item(item), version),
-                Delete(paths.lease(item)),
                 Delete(paths.running(item)),
                 *(extra or {}).get(item, []),
             ]
@@ -150,25 +163,30 @@ class Completing:
         return True
 
 
-def settle(registry: Registry, paths: JobPaths, items: list[int]) -> Claim:
-    """The part of a claim whose answer was lost that went through: the items whose lease
-    this session holds (a new session's claim cannot be ours), with their token and
-    versions read back."""
-    session = registry.session_id
-    mine = []
-    for item in items:
-        lease = registry.stat(paths.lease(item))
-        if lease is not None and lease.ephemeral_owner == session:
-            mine.append(item)
-    if not mine:
+def settle(
+    registry: Registry, paths: JobPaths, items: list[int], instance: str, session: int
+) -> Claim:
+    """The part of a claim sent in ``session`` whose answer was lost that went through:
+    the items whose ``running`` names this instance, with their token and versions read
+    back. A claim of an earlier session is not ours to run: that session ended, and its
+    ``running`` nodes are repaired as any dead session's. Within one session this
+    instance never claims an item its own earlier claim still holds, so a ``running``
+    that names it is this claim's."""
+    if session != registry.session_id:
         return Claim(items=[])
-    running = registry.stat(paths.running(mine[0]))
+    me = instance.encode()
+    mine, token = [], 0
+    for item in items:
+        running = registry.stat(paths.running(item))
+        if running is not None and registry.get(paths.running(item)) == me:
+            mine.append(item)
+            token = running.czxid
     versions = {}
     for item in mine:
         stat = registry.stat(paths.item(item))
         if stat is not None:
             versions[item] = stat.version
-    return Claim(items=mine, token=running.czxid if running else 0, versions=versions)
+    return Claim(items=mine, token=token, versions=versions)
 
 
 def is_current(registry: Registry, paths: JobPaths, item: int, token: int) -> bool:

@@ -1,12 +1,12 @@
 """Failover: items whose holder died mid-run are run again, at once, by live instances.
 
-Protocol (ElasticJob 3.x nodes, plus the ``running/lease`` of :mod:`shardcron.execution`):
+Protocol (ElasticJob 3.x nodes, plus the ``leases/{id}`` of :mod:`shardcron.execution`):
 
-* A ``running`` node without its ephemeral lease belongs to a dead session. The leader's
-  sweep (:mod:`shardcron.healing`) finds such items and, in one transaction per item,
-  deletes the stale nodes and queues ``leader/failover/items/{i}``. An operator removing
-  an instance node does not make its claims stale: their leases live on with the session,
-  so a live run is never failed over.
+* A ``running`` node whose holder has neither a lease nor an instance node belongs to a
+  dead session. The leader's sweep (:mod:`shardcron.healing`) finds such items and, in
+  one transaction per item, deletes the stale nodes and queues
+  ``leader/failover/items/{i}``. An operator removing an instance node does not make its
+  claims stale: its lease lives on with the session, so a live run is never failed over.
 * Every available instance sees the queue in its cache and claims items with one
   transaction per item: delete the queue entry, create ``failover`` (ephemeral),
   ``failovering`` and the usual claim nodes. The registry lets exactly one claimant win.
@@ -110,7 +110,6 @@ def stale_ops(cache: TreeCache, paths: JobPaths, item: int) -> list[Op]:
     return [
         Delete(path)
         for path in (
-            paths.lease(item),
             paths.running(item),
             paths.failovering(item),
             paths.failover(item),

@@ -93,12 +93,6 @@ class Firing:
         """Some item is claimed, or being claimed, here."""
         return bool(self._reserved)
 
-    def holds(self, item: int) -> bool:
-        """Whether a claim of ``item`` by this instance went through and its completion is
-        not applied yet (read from the event thread too: a hint). The lease of such an item
-        goes only with that completion, or with this instance's session."""
-        return any(item in fire.claim.versions for fire in self._fires)
-
     def stop(self) -> None:
         """No new fire; hand back claims made ahead of a second that has not come."""
         self.timer.cancel()
@@ -113,8 +107,8 @@ class Firing:
     def _let_go_of_unsure(self) -> None:
         """Stopping while the registry is unreachable: claims whose answer was lost are
         dropped, not kept until the registry can say whether they went through. Their items
-        never started; if a claim did go through, its lease ends with this session and the
-        leader's sweep clears it as after a crash. Keeping them held the stop for its whole
+        never started; if a claim did go through, this instance's lease ends with this session
+        and the leader's sweep clears it as after a crash. Keeping them held the stop for its whole
         grace, and then reported items "still running" that never ran."""
         if not self.rt.stopped or self.rt.registry.connected:
             return  # connected: the next heal settles them (and hands them back)
@@ -134,7 +128,9 @@ class Firing:
         """Settle the requests whose answers were lost, from what the registry holds. A
         fire leaves its list only once settled: a fault meanwhile leaves it for next time."""
         for fire in self._unsure[:]:
-            applied = execution.settle(self.rt.registry, self.rt.paths, fire.items)
+            applied = execution.settle(
+                self.rt.registry, self.rt.paths, fire.items, self.rt.instance, fire.session
+            )
             self._unsure.remove(fire)
             if applied.items:
                 self._release([i for i in fire.items if i not in applied.items])
@@ -371,6 +367,11 @@ class Firing:
         if fire.claim.contended:
             self.misfires.skip(fire.claim.contended, "still running on another instance", fire.when)
             self._release(fire.claim.contended)
+        if fire.claim.unleased:
+            reason = "this instance's lease is missing (a new session): registering again"
+            self.misfires.skip(fire.claim.unleased, reason, fire.when)
+            self._release(fire.claim.unleased)
+            self.rt.healer.soon()
         fire.items = fire.claim.items
         if not fire.items:
             self.drop(fire)

@@ -6,10 +6,14 @@ lists the differences. The runtime repairs them, and runs the sweep on election,
 every reconnect, on membership changes and every few seconds; a sweep that finds nothing
 costs no request. What it looks for:
 
-* ``running`` without its ``lease``: the holder's session is gone (or the node was left
-  by a Java worker, or by this instance before a restart). The runtime confirms with one
-  read and, if the claim really is stale, queues the item for failover or, with failover
-  off, removes it and flags the item misfired.
+* ``running`` whose holder is gone: the cache does not hold ``running``'s value (the
+  holder), so claims are checked only when one may have gone stale: on this instance's
+  start or new session (its own claims left by an earlier session or process with the
+  same id), and, as leader, on election and whenever a holder may have died (an
+  instance left both the instance nodes and the leases since the last check). The
+  runtime reads the holder and, if it has neither lease nor instance node (or is this
+  instance, not running the item here), queues the item for failover or, with failover
+  off, removes the claim and flags the item misfired.
 * ``failover``/``failovering`` without ``running``: left-overs that would make everybody
   skip the item; deleted.
 * failover queue entries for items that no longer exist, or with failover off: deleted.
@@ -75,7 +79,12 @@ class Findings:
 
 
 def sweep(
-    cache: TreeCache, paths: JobPaths, total: int, live: set[str], failover_on: bool
+    cache: TreeCache,
+    paths: JobPaths,
+    total: int,
+    live: set[str],
+    failover_on: bool,
+    check_claims: bool = False,
 ) -> Findings:
     found = Findings(processing=sharding.is_processing(cache, paths))
     owners: set[str | None] = set()
@@ -86,7 +95,7 @@ def sweep(
         if item < total:
             owners.add(sharding.owner(cache, paths, item))
         running = cache.exists(paths.running(item))
-        if running and not cache.exists(paths.lease(item)):
+        if running and check_claims:
             found.suspect_claims.append(item)
         if not running and (
             cache.exists(paths.failover(item)) or cache.exists(paths.failovering(item))
@@ -109,6 +118,9 @@ class Healer:
         self._timer = 0  # bumped to cancel the armed tick
         self._soon_armed = False
         self._quiet: tuple[int, int, bool] | None = None  # see heal
+        # As leader: the instances with a lease or an instance node when the claims were
+        # last checked (None: not checked since this instance became the leader).
+        self._alive: frozenset[str] | None = None
 
     def arm(self) -> None:
         self._timer += 1
@@ -153,12 +165,21 @@ class Healer:
             log.warning("job %s: instance removed by an operator; stopping here", rt.name)
             rt.begin_stop(operator=True)
             return True
+        else:
+            self._keep_lease()
         rt.elect()
         live = set(membership.live_instances(rt.cache, rt.paths)) | {rt.instance}
         cfg = rt.config
         leader = rt.is_leader()
         if leader and rt.resharder.outdated():
             rt.flag_resharding()
+        # A holder may have died since the claims were last checked: some instance left
+        # both the instance nodes and the leases. Claims are checked then, not on every
+        # heal: that takes a read of each claim's holder.
+        alive = live | set(rt.cache.children(rt.paths.leases))
+        died = leader and (self._alive is None or not self._alive <= alive)
+        if not leader:
+            self._alive = None
         # The sweep reads every item: on a big job, the most costly part of a heal. A
         # follower acts only on its own stale claims, after a start or a new session, so
         # it sweeps only then (50 instances of a 10,000-item job swept every 2 s while a
@@ -166,15 +187,18 @@ class Healer:
         # (leadership and live instances included) and the config, so an unchanged cache
         # after a sweep that found nothing finds nothing.
         quiet = (rt.cache.version, cfg.sharding_total_count, cfg.failover)
-        if not full and (not leader or quiet == self._quiet):
+        if not (full or died) and (not leader or quiet == self._quiet):
             found = Findings()
         else:
             total = cfg.sharding_total_count
-            found = sweep(rt.cache, rt.paths, total, live, cfg.failover)
+            found = sweep(rt.cache, rt.paths, total, live, cfg.failover, full or died)
             self._quiet = None if found else quiet
-        for item in found.suspect_claims if leader or full else ():
-            self._repair_claim(item, live, leader)
+        leases: dict[str, bool] = {}
+        claims = found.suspect_claims
+        unsettled = [i for i in claims if not self._repair_claim(i, live, leader, leases)]
         if leader:
+            if not unsettled:  # every claim checked (a failure raises): until one dies
+                self._alive = frozenset(alive)
             self._repair_job(found)
         rt.firing.misfires.rerun(rt.firing.local_items(None))
         rt.firing.failovers.claim(phase=0)
@@ -187,20 +211,40 @@ class Healer:
         path = rt.paths.instance(rt.instance)
         return not rt.cache.exists(path) and rt.registry.get(path) is None
 
-    def _repair_claim(self, item: int, live: set[str], leader: bool) -> None:
-        """A ``running`` without lease: stale if its holder is gone, or is this instance
-        but not running it here (left by an earlier process with the same id)."""
+    def _keep_lease(self) -> None:
+        """Someone other than this session removed its lease: put it back, so that its
+        claims do not look dead to a leader once its instance node is gone too."""
+        rt = self.rt
+        path = rt.paths.lease(rt.instance)
+        if rt.cache.exists(path) or rt.registry.stat(path) is not None:
+            return
+        log.warning("job %s: the lease of %s was removed; writing it again", rt.name, rt.instance)
+        with contextlib.suppress(NodeExistsError):
+            rt.registry.create(path, ephemeral=True)
+
+    def _repair_claim(
+        self, item: int, live: set[str], leader: bool, leases: dict[str, bool]
+    ) -> bool:
+        """A ``running`` is stale if its holder has neither instance node nor lease, or is
+        this instance but not running it here (left by an earlier session, or process,
+        with the same id). ``leases`` remembers the holders' leases read in this heal.
+        False if that is not settled yet: a claim of the item by this instance is in
+        flight (it fails if the node is another's), or the repair raced a change."""
         rt = self.rt
         paths = rt.paths
-        if rt.firing.reserved(item) or rt.registry.stat(paths.lease(item)) is not None:
-            return
+        if rt.firing.reserved(item):
+            return False
         value = rt.registry.get(paths.running(item))
         holder = None if value is None else value.decode()
         if holder is None:
-            return
-        mine = holder == rt.instance
-        if not (mine or (leader and holder not in live)):
-            return
+            return True
+        if holder != rt.instance:
+            if not leader or holder in live:
+                return True
+            if holder not in leases:
+                leases[holder] = rt.registry.stat(paths.lease(holder)) is not None
+            if leases[holder]:
+                return True
         if rt.config.failover:
             log.warning("job %s: item %d lost its holder %s; failing over", rt.name, item, holder)
             self._ensure(paths.failover_items)
@@ -211,7 +255,7 @@ class Healer:
             ops = failover.stale_ops(rt.cache, paths, item)
             if rt.config.misfire and not rt.cache.exists(paths.misfire(item)):
                 ops.append(Create(paths.misfire(item)))
-        self._try(ops, f"repair of item {item}")
+        return self._try(ops, f"repair of item {item}")  # raced: the next heal looks again
 
     def _repair_job(self, found: Findings) -> None:
         rt = self.rt

@@ -1,12 +1,16 @@
-"""Who is here: ``servers/{ip}`` and ``instances/{id}`` of one job.
+"""Who is here: ``servers/{ip}``, ``instances/{id}`` and ``leases/{id}`` of one job.
 
 ``servers/{ip}`` is persistent and says whether the host may run the job (ENABLED or
 DISABLED, shared by every instance on that IP); ``instances/{id}`` is ephemeral, so it
 disappears with the session of a crashed or partitioned instance. An instance is
-*available* when its node exists and its server is ENABLED.
+*available* when its node exists and its server is ENABLED. ``leases/{id}`` (shardcron
+only) is ephemeral too, written with the instance node, and no operator removes it: it
+tells whether the holder of a claim lives (see :mod:`shardcron.execution`).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 from shardcron.errors import JobConflictError, NodeExistsError
 from shardcron.instancerecord import instance_yaml
@@ -41,11 +45,14 @@ def server_ops(cache: TreeCache, paths: JobPaths, ip: str, enabled: bool) -> lis
 
 
 def instance_ops(cache: TreeCache, paths: JobPaths, instance: str, ip: str) -> list[Op]:
-    """The ops that create this instance's ephemeral node (and its parent if missing)."""
-    ops: list[Op] = [] if cache.exists(paths.instances) else [Create(paths.instances)]
+    """The ops that create this instance's ephemeral nodes, its instance node and its
+    lease (see :mod:`shardcron.execution`), and their parents if missing."""
+    ops: list[Op] = [Create(parent) for parent in (paths.instances, paths.leases)]
+    ops = [op for op in ops if not cache.exists(op.path)]
     ops.append(
         Create(paths.instance(instance), instance_yaml(instance, ip).encode(), ephemeral=True)
     )
+    ops.append(Create(paths.lease(instance), ephemeral=True))
     return ops
 
 
@@ -55,7 +62,8 @@ def register_server(registry: Registry, paths: JobPaths, ip: str, enabled: bool)
 
 
 def register_instance(registry: Registry, paths: JobPaths, instance: str, ip: str) -> None:
-    """Create this instance's ephemeral node; refuse an id a live session already holds."""
+    """Create this instance's ephemeral node and its lease; refuse an id a live session
+    already holds."""
     path = paths.instance(instance)
     try:
         registry.create(path, instance_yaml(instance, ip).encode(), ephemeral=True)
@@ -66,3 +74,5 @@ def register_instance(registry: Registry, paths: JobPaths, instance: str, ip: st
                 f"job {paths.job!r}: instance id {instance!r} is already registered by a live "
                 "session; stop that instance or start this one with another --instance-id"
             ) from None
+    with contextlib.suppress(NodeExistsError):  # ours: an earlier attempt went through
+        registry.create(paths.lease(instance), ephemeral=True)

@@ -6,10 +6,10 @@ All paths are relative to the namespace, which the registry applies as a chroot:
       config                                 job config YAML
       servers/{ip}                           ENABLED | DISABLED
       instances/{ip}@-@{pid}                 ephemeral, instance YAML
+      leases/{ip}@-@{pid}                    shardcron only, ephemeral: the session lives
       trigger/{instance}                     one-shot run request
       sharding/{item}/instance               owner instance id
       sharding/{item}/running                claimed for a run (persistent), value: holder id
-      sharding/{item}/running/lease          ephemeral twin: the holder's session is alive
       sharding/{item}/failover               ephemeral, id of the instance running it as failover
       sharding/{item}/failovering            persistent twin of ``failover``
       sharding/{item}/misfire | disabled     flags
@@ -69,6 +69,15 @@ class JobPaths:
         return f"/{self.job}/instances/{instance}"
 
     @property
+    def leases(self) -> str:
+        return f"/{self.job}/leases"
+
+    def lease(self, instance: str) -> str:
+        """shardcron's proof that ``instance``'s session lives, for its claims (see
+        :mod:`shardcron.execution`). Unlike its instance node, no operator removes it."""
+        return f"/{self.job}/leases/{instance}"
+
+    @property
     def triggers(self) -> str:
         return f"/{self.job}/trigger"
 
@@ -87,11 +96,6 @@ class JobPaths:
 
     def running(self, item: int) -> str:
         return f"/{self.job}/sharding/{item}/running"
-
-    def lease(self, item: int) -> str:
-        """shardcron's ephemeral child of ``running``: proof that the holder's session lives.
-        Java deletes ``running`` recursively, so the extra child does not disturb it."""
-        return f"/{self.job}/sharding/{item}/running/lease"
 
     def failover(self, item: int) -> str:
         return f"/{self.job}/sharding/{item}/failover"

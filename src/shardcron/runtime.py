@@ -322,6 +322,8 @@ class JobRuntime:
         try:
             if not self._operator_stop:
                 self.registry.delete(self.paths.instance(self.instance))
+            # Every completion is applied (the job is not busy): no claim needs it.
+            self.registry.delete(self.paths.lease(self.instance))
             if self._cache is not None and self.is_leader():
                 self.emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
             election.abdicate(self.registry, self.paths)
@@ -355,12 +357,8 @@ class JobRuntime:
             # An item node's version bump (a claim), or a layout creating or dropping it
             # (thousands at once, on every instance): nothing in it to react to.
             return False
-        if leaf == "lease":
-            if kind is EventType.ADDED:
-                return False
-            # Our own completion removed it (every fire of every job): nothing to look at.
-            parsed = self.paths.parse_item(path.removesuffix("/lease"))
-            return parsed is None or not self.firing.holds(parsed[0])
+        if self.paths.child_name(self.paths.leases, path) is not None:
+            return kind is EventType.REMOVED  # a session ended (or someone removed a lease)
         return True
 
     def guarded(self, fn: Callable[[], object], what: str) -> None:
@@ -404,10 +402,8 @@ class JobRuntime:
             self.firing.failovers.claim(phase=0)
         elif path == paths.sharding_necessary and kind is EventType.REMOVED:
             self.firing.run_pending()
-        elif path.endswith("/running/lease") and kind is EventType.REMOVED:
-            if self.cache.exists(path.removesuffix("/lease")):
-                self.healer.soon()  # a claim without its lease: its holder's session ended
-            # else a completion removed both (every fire of every job): nothing to look at
+        elif paths.child_name(paths.leases, path):
+            self.healer.soon()  # its claims may have lost their holder (or it was ours)
         elif path.endswith("/running") and kind is EventType.REMOVED:
             parsed = paths.parse_item(path)
             if parsed:

@@ -37,9 +37,9 @@ later, + session timeout + 2 periods; to the end): every item-fire starts a run 
 instance exists; skips do not count. A job that stops firing fails this.
 
 I4 (at the end, just after a fire, when no item should still run, for every job that
-still has a live enabled instance to repair it): no ``running`` (nor its ``lease``)
-without an open run of its holder, no ``failover``/``failovering`` without a running
-failover run, no ``leader/failover/items/*`` and no ``leader/sharding/processing``.
+still has a live enabled instance to repair it): no ``running`` without an open run of
+its holder, no ``failover``/``failovering`` without a running failover run, no
+``leader/failover/items/*`` and no ``leader/sharding/processing``.
 
 I5 (at the end, for every job with a live enabled instance): the layout gives items
 only to live enabled instances and, as ``AVG_ALLOCATION`` does when there are at least

@@ -67,7 +67,7 @@ class Kind(StrEnum):
 
 def _role(op: Op) -> tuple[type, str]:
     """What an op does to which node of the job layout (:class:`JobPaths`), e.g.
-    ``(Create, "lease")`` or ``(Delete, "necessary")``."""
+    ``(Create, "running")`` or ``(Delete, "necessary")``."""
     paths = JobPaths(job_of(op.path))
     path = op.path
     named = {
@@ -77,14 +77,17 @@ def _role(op: Op) -> tuple[type, str]:
     }
     if path in named:
         return type(op), named[path]
-    for parent, role in ((paths.instances, "instance"), (paths.failover_items, "queue")):
+    parents = (
+        (paths.instances, "instance"),
+        (paths.leases, "lease"),
+        (paths.failover_items, "queue"),
+    )
+    for parent, role in parents:
         if paths.child_name(parent, path) is not None:
             return type(op), role
     parsed = paths.parse_item(path)
     if parsed is not None:  # sharding/{i}/instance names the item's owner
         return type(op), {"": "item", "instance": "owner"}.get(parsed[1], parsed[1])
-    if path.startswith(paths.sharding + "/") and path.endswith("/running/lease"):
-        return type(op), "lease"
     return type(op), ""
 
 
@@ -92,9 +95,9 @@ def kind_of(method: str, ops: Sequence[Op]) -> Kind:
     """The coordination kind of one request (``ops``: the transaction's, or one op
     standing for a single create/delete/put), told from the nodes the ops touch."""
     roles = {_role(op) for op in ops}
-    if (Create, "failover") in roles and (Create, "lease") in roles:
+    if (Create, "failover") in roles and (Create, "running") in roles:
         return Kind.FAILOVER_CLAIM
-    if (Create, "lease") in roles:
+    if (Create, "running") in roles:
         return Kind.CLAIM
     if (Check, "item") in roles and (Delete, "running") in roles:
         return Kind.COMPLETION
@@ -173,7 +176,7 @@ class FaultyRegistry:
     def _seen(self, ops: Sequence[Op], result: T) -> T:
         """Remember which session made each claim (for I1's allowance, see checks.py)."""
         if isinstance(result, list) and any(
-            isinstance(op, Create) and op.path.endswith("/lease") for op in ops
+            isinstance(op, Create) and op.path.endswith("/running") for op in ops
         ):
             for stat in result:
                 if isinstance(stat, Stat):
