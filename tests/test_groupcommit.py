@@ -92,11 +92,13 @@ def registry() -> Iterator[MemoryRegistry]:
 
 
 def jobs(registry: Registry, names: str, items: int = 2) -> dict[str, tuple[JobPaths, TreeCache]]:
+    """Jobs with ``items`` items each, registered by ``ME`` (its lease written)."""
     found = {}
     for name in names:
         paths = JobPaths(name)
         for item in range(items):
             registry.put(paths.item(item), b"")
+        registry.create(paths.lease(ME), ephemeral=True)
         found[name] = (paths, registry.tree_cache(paths.root, lambda _e: None))
     return found
 
@@ -195,6 +197,27 @@ def test_an_item_running_elsewhere_costs_only_its_own_job_that_item(
     other.close()
 
 
+def test_a_claim_without_the_instances_lease_claims_nothing_and_costs_the_others_nothing(
+    registry: MemoryRegistry,
+) -> None:
+    """A ``running`` whose holder has no lease looks dead to the leader (once the holder's
+    instance node is gone too): a claim sent before the lease exists (a new session not
+    registered again yet) must not create one."""
+    host = Coordinator()
+    commits = GroupCommit(registry, host)
+    found = jobs(registry, "ab")
+    a = found["a"][0]
+    registry.delete(a.lease(ME))
+
+    requests, outcomes = claim_all(commits, found)
+    host.run()
+
+    assert outcomes.errors == {"a": None, "b": None}
+    assert (requests["a"].result.items, requests["a"].result.unleased) == ([], [0, 1])
+    assert [registry.stat(a.running(i)) for i in (0, 1)] == [None, None]
+    assert requests["b"].result.items == [0, 1]
+
+
 def test_a_request_that_cannot_go_on_gets_the_error_and_the_others_apply(
     registry: MemoryRegistry,
 ) -> None:
@@ -220,17 +243,17 @@ def test_a_request_that_cannot_go_on_gets_the_error_and_the_others_apply(
 def test_a_big_tick_is_cut_into_chunks_under_the_request_limit(
     registry: MemoryRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(groupcommit, "MAX_CHUNK_OPS", 14)
+    monkeypatch.setattr(groupcommit, "MAX_CHUNK_OPS", 15)
     host = Coordinator()
     commits = GroupCommit(registry, host)
-    found = jobs(registry, "abcdefghij")  # 10 jobs x 2 items x 2 ops: 40 ops
+    found = jobs(registry, "abcdefghij")  # 10 jobs x (2 items x 2 ops + a lease check): 50 ops
     before = registry.request_count
     requests, outcomes = claim_all(commits, found)
     # Full chunks go out while the tick is still being prepared; nobody is answered yet.
     assert registry.request_count - before == 3 and outcomes.errors == {}
     host.run()
 
-    assert registry.request_count - before == 4  # 12 ops per chunk: whole requests only
+    assert registry.request_count - before == 4  # 15 ops per chunk: whole requests only
     assert set(outcomes.errors.values()) == {None}
     assert all(r.result.items == [0, 1] for r in requests.values())
 
@@ -355,6 +378,7 @@ def test_a_tick_of_thousands_of_items_fits_few_requests_that_zookeeper_accepts(
             paths = JobPaths(f"a-job-with-a-rather-long-descriptive-name-{n:02d}-" + "x" * 50)
             registry.put(paths.item(0), b"")  # with its parents
             registry.transaction([Create(paths.item(i), b"") for i in range(1, 100)])
+            registry.create(paths.lease(instance), ephemeral=True)
             found[n] = paths
         cache = registry.tree_cache("/", lambda _e: None)
         registry.send_transaction = counting  # type: ignore[method-assign]

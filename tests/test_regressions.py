@@ -141,6 +141,42 @@ def test_case2_operator_shutdown_with_failover_on_never_fails_over_a_live_run() 
     assert all(ledger.current)  # the stale run's completion deleted no newer claim
 
 
+def test_case2b_a_shut_down_instance_keeps_its_run_until_its_session_ends_then_it_fails_over() -> (
+    None
+):
+    """Whether a claim's holder lives is its lease's to say, not its instance node's: an
+    operator's shutdown removes only the instance node, and the run keeps its claim, even
+    when another instance's death has the leader check every claim. Once the holder's
+    session ends too, the leader fails the item over at once, while the old run still goes
+    (the frozen-process case: its claim is no longer current)."""
+    ledger = Ledger(hold=4.0)
+    config = JobConfig(job_name="shut", cron="* * * * * ?", sharding_total_count=3, failover=True)
+    paths = JobPaths("shut")
+    with embedded(config, ledger) as e:
+        e.start(B)  # the leader throughout
+        wait_until(lambda: e.admin.get(paths.election_instance) == B.encode(), what="B leads")
+        e.start(A), e.start(C)
+        item = wait_until(lambda: sorted(ledger.running_on(A)), what="A running")[0]
+        other = wait_until(lambda: sorted(ledger.running_on(C)), what="C running")[0]
+        e.admin.delete(paths.instance(A))  # the operator's shutdown
+        e.schedulers[C].registry.close()  # C dies (its session ends): B checks every claim
+        wait_until(lambda: other in ledger.running_on(B), what="B taking C's item over")
+        assert e.admin.get(paths.running(item)) == A.encode()  # A's run keeps its claim
+        assert str(item) not in e.admin.children(paths.failover_items)
+        e.server.expire(e.schedulers[A].registry.session_id)
+        wait_until(lambda: item in ledger.running_on(B), what="B taking A's item over")
+        assert item in ledger.running_on(A)  # taken over while the old run still goes
+
+        def old_and_new() -> tuple[Run, Run] | None:
+            runs = [r for r in ledger.ended() if r.item == item]
+            old = next((r for r in runs if r.instance == A), None)
+            new = [r for r in runs if old and r.instance == B and r.start > old.start]
+            return (old, min(new, key=lambda r: r.start)) if old and new else None
+
+        old, new = wait_until(old_and_new, timeout=10, what="both runs to end")
+    assert old.token < new.token and not ledger.current[ledger.ended().index(old)]
+
+
 def test_case3_failover_switched_off_then_the_owner_dies_leaves_nothing_stuck(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:

@@ -67,6 +67,34 @@ def test_a_normal_stop_logs_no_lost_session(
     assert admin.job("tick").status is JobStatus.STOPPED
 
 
+def test_an_instance_holds_one_lease_per_job_for_its_session_and_writes_it_again_if_removed(
+    server: MemoryServer, admin: Admin
+) -> None:
+    """The lease outlives the fires (a claim writes ``running`` alone, a leaf as Java
+    writes it), lives with the session, is written again if someone removes it, and goes
+    with a clean stop."""
+    runs: list[int] = []
+    a = Scheduler(MemoryRegistry(server, "life"), instance_id=A)
+    a.add_job(TICK, lambda ctx: runs.append(ctx.sharding_item))
+    a.start()
+    lease = JobPaths("tick").lease(A)
+    registry = admin.registry
+    try:
+        wait_until(lambda: len(runs) >= 4, what="two fires")
+        first = registry.stat(lease)
+        assert first is not None and first.ephemeral_owner == a.registry.session_id
+        assert registry.children(JobPaths("tick").running(0)) == []
+        wait_until(lambda: len(runs) >= 8, what="two more fires")
+        assert registry.stat(lease) == first  # the same lease: no fire wrote it
+        registry.delete(lease)
+        wait_until(lambda: registry.stat(lease) is not None, what="the lease written again")
+        again = len(runs)
+        wait_until(lambda: len(runs) >= again + 4, what="fires after it")
+    finally:
+        a.stop(grace=2)
+    assert registry.stat(lease) is None
+
+
 def test_a_worker_whose_last_job_is_shut_down_says_it_is_idle(
     server: MemoryServer, admin: Admin, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -176,10 +176,8 @@ class Healer:
         # A holder may have died since the claims were last checked: some instance left
         # both the instance nodes and the leases. Claims are checked then, not on every
         # heal: that takes a read of each claim's holder.
-        alive = live | set(rt.cache.children(rt.paths.leases))
+        alive = frozenset(live.union(rt.cache.children(rt.paths.leases)) if leader else ())
         died = leader and (self._alive is None or not self._alive <= alive)
-        if not leader:
-            self._alive = None
         # The sweep reads every item: on a big job, the most costly part of a heal. A
         # follower acts only on its own stale claims, after a start or a new session, so
         # it sweeps only then (50 instances of a 10,000-item job swept every 2 s while a
@@ -196,9 +194,11 @@ class Healer:
         leases: dict[str, bool] = {}
         claims = found.suspect_claims
         unsettled = [i for i in claims if not self._repair_claim(i, live, leader, leases)]
-        if leader:
-            if not unsettled:  # every claim checked (a failure raises): until one dies
-                self._alive = frozenset(alive)
+        if not leader:
+            self._alive = None  # every claim is checked once this instance leads
+        else:
+            if not unsettled:  # every claim checked (a failure raises)
+                self._alive = alive
             self._repair_job(found)
         rt.firing.misfires.rerun(rt.firing.local_items(None))
         rt.firing.failovers.claim(phase=0)
