@@ -107,9 +107,9 @@ class Firing:
     def _let_go_of_unsure(self) -> None:
         """Stopping while the registry is unreachable: claims whose answer was lost are
         dropped, not kept until the registry can say whether they went through. Their items
-        never started; if a claim did go through, this instance's lease ends with this session
-        and the leader's sweep clears it as after a crash. Keeping them held the stop for its whole
-        grace, and then reported items "still running" that never ran."""
+        never started; if a claim did go through, this instance's lease ends with this
+        session and the leader's sweep clears it as after a crash. Keeping them held the stop
+        for its whole grace, and then reported items "still running" that never ran."""
         if not self.rt.stopped or self.rt.registry.connected:
             return  # connected: the next heal settles them (and hands them back)
         for fire in self._unsure[:]:

@@ -77,12 +77,7 @@ def _role(op: Op) -> tuple[type, str]:
     }
     if path in named:
         return type(op), named[path]
-    parents = (
-        (paths.instances, "instance"),
-        (paths.leases, "lease"),
-        (paths.failover_items, "queue"),
-    )
-    for parent, role in parents:
+    for parent, role in ((paths.instances, "instance"), (paths.failover_items, "queue")):
         if paths.child_name(parent, path) is not None:
             return type(op), role
     parsed = paths.parse_item(path)
