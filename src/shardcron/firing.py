@@ -201,9 +201,10 @@ class Firing:
         claimed on the second (nor ElasticJob) does: with misfire off, a job lost every
         other fire. A run still going on the second is skipped then. One fire follows each."""
         followed: set[int] = set()
+        wanted = set(items)
         for fire in self._fires:
             if fire.follow is None:
-                mine = [i for i in fire.items if i in items]
+                mine = [i for i in fire.items if i in wanted]
                 if mine:
                     fire.follow = (source, when, mine)
                     followed.update(mine)
@@ -271,7 +272,10 @@ class Firing:
 
     def local_items(self, only: list[int] | None) -> list[int]:
         items = self._layout()[0]
-        return list(items) if only is None else [i for i in items if i in only]
+        if only is None:
+            return list(items)
+        wanted = set(only)
+        return [i for i in items if i in wanted]
 
     @property
     def local_count(self) -> int:
@@ -296,9 +300,10 @@ class Firing:
         mine, server_enabled = self._layout()
         if not server_enabled or not cache.exists(self._instance_node):
             return []
-        items = [
-            i for i in mine if (only is None or i in only) and not cache.exists(paths.disabled(i))
-        ]
+        if only is not None:
+            wanted = set(only)
+            mine = tuple(i for i in mine if i in wanted)
+        items = [i for i in mine if not cache.exists(paths.disabled(i))]
         if cfg.failover:
             taken = failover.items_failed_over_elsewhere(cache, paths, items)
             taken |= set(failover.queued(cache, paths))
