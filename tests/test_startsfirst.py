@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+
+import pytest
 
 from shardcron.startsfirst import HOLD_SECONDS, StartsFirst
 
@@ -15,6 +18,16 @@ class Coordinator:
     def run(self) -> None:
         while self.tasks:
             self.tasks.pop(0)()
+
+
+@pytest.fixture(autouse=True)
+def collector_restored() -> Iterator[None]:
+    """Each test starts with the collector on and leaves it as it found it."""
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
 
 
 def starts_first() -> tuple[StartsFirst, Coordinator, list[str]]:
@@ -50,7 +63,7 @@ def test_ends_are_held_no_longer_than_the_hold() -> None:
     starts.started()
     starts.ended(lambda: ended.append("a"))
     starts.ended(lambda: ended.append("b"))
-    [(delay, release)] = coordinator.timers  # one timer for the held ends
+    [_, (delay, release)] = coordinator.timers  # the collector's bound, the held ends'
     assert delay == HOLD_SECONDS
     release()
     assert ended == ["a", "b"]
@@ -68,3 +81,52 @@ def test_an_end_that_fails_does_not_lose_the_others() -> None:
     starts.started()
     coordinator.run()
     assert ended == ["b"]
+
+
+def test_the_collector_waits_until_the_last_item_has_started() -> None:
+    """A herd's young collections would find its live fires and nothing to free, while
+    its items wait for the threads they stop."""
+    starts, coordinator, _ = starts_first()
+    starts.handed(2)
+    assert not gc.isenabled()
+    starts.handed(1)  # more staged items of the same herd: the same pause
+    assert len(coordinator.timers) == 1
+    starts.started()
+    starts.started()
+    assert not gc.isenabled()
+    starts.started()
+    assert gc.isenabled()
+    [(_, bound)] = coordinator.timers
+    starts.handed(1)  # the next herd pauses it again: the first bound is not its own
+    bound()
+    assert not gc.isenabled()
+
+
+def test_the_collector_waits_no_longer_than_the_hold() -> None:
+    """Items stuck behind long-running ones in a busy pool."""
+    starts, coordinator, _ = starts_first()
+    starts.handed(2)
+    starts.started()
+    [(delay, bound)] = coordinator.timers
+    assert delay == HOLD_SECONDS
+    bound()
+    assert gc.isenabled()
+    starts.started()
+    assert gc.isenabled()
+
+
+def test_a_collector_the_program_disabled_stays_disabled() -> None:
+    starts, coordinator, _ = starts_first()
+    gc.disable()
+    starts.handed(1)
+    starts.started()
+    assert not gc.isenabled()
+    assert coordinator.timers == []
+
+
+def test_a_program_that_leaves_the_collector_alone_gets_no_pause() -> None:
+    """``Scheduler(gc_threshold=None)``."""
+    coordinator = Coordinator()
+    starts = StartsFirst(coordinator.tasks.append, lambda d, fn: None, pause_collector=False)
+    starts.handed(1)
+    assert gc.isenabled()

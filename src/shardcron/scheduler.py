@@ -102,7 +102,8 @@ class Scheduler:
         ``gc_threshold``: from :meth:`start` on, the youngest generation of the process's
         cyclic garbage collector has room for 10 allocations per job started, up to this
         many (see ``gc.set_threshold``: below 71 jobs the interpreter's 700 stays, and a
-        higher setting is kept); None leaves the collector as it is."""
+        higher setting is kept), and the collector waits while the items of a second
+        start (see :mod:`shardcron.startsfirst`); None leaves the collector as it is."""
         if gc_threshold is not None and gc_threshold < 1:
             raise ConfigError(
                 "gc_threshold",
@@ -138,7 +139,9 @@ class Scheduler:
         self._joins = sharding.Joins()
         self._loop = AsyncLoop()
         self._timers = Timers(self.coordinate)
-        self._starts = StartsFirst(self.coordinate, self.call_later)
+        self._starts = StartsFirst(self.coordinate, self.call_later, gc_threshold is not None)
+        self._staging = threading.Lock()
+        self._staged: dict[float, list[Callable[[], None]]] = {}  # by second, see execute_at
         self._started = False
         self._stopping = threading.Event()
         self._dump_port = dump_port
@@ -400,14 +403,20 @@ class Scheduler:
             result = work()
             self._starts.ended(lambda: then(result))
 
-        tasks = [functools.partial(run, work) for work in works]
+        # Every fire staged for the same second goes to the pool in one hand-over, so
+        # that StartsFirst sees the herd's items as one.
+        with self._staging:
+            first = when not in self._staged
+            self._staged.setdefault(when, []).extend(functools.partial(run, work) for work in works)
+        if first:
+            self._timers.push(when, lambda: self._hand_over(when), on_timer=True)
 
-        def hand_over() -> None:  # on the timer thread
-            self._starts.handed(len(tasks))
-            for task in tasks:
-                self._pool.submit(task)
-
-        self._timers.push(when, hand_over, on_timer=True)
+    def _hand_over(self, when: float) -> None:  # on the timer thread
+        with self._staging:
+            tasks = self._staged.pop(when)
+        self._starts.handed(len(tasks))
+        for task in tasks:
+            self._pool.submit(task)
 
     def _worker_task(self, work: Callable[[], T], then: Callable[[T], None]) -> Callable[[], None]:
         def run() -> None:
