@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from shardcron import healing, sharding
+from shardcron import execution, healing, sharding
 from shardcron.config import JobConfig
 from shardcron.model import ShardingContext
 from shardcron.paths import JobPaths
@@ -28,6 +28,7 @@ from shardcron.registry import (
     SetData,
     TreeCache,
     op_bytes,
+    prefix_bytes,
 )
 from shardcron.registry.cache import CacheIndex, is_below
 from shardcron.registry.memory import MemoryRegistry
@@ -437,3 +438,86 @@ def test_a_change_reaches_exactly_the_caches_whose_root_covers_it() -> None:
             changed = path(rnd.randint(0, 5))
             expected = [cache for root, cache in roots if is_below(changed, root)]
             assert sorted(index.covering(changed)) == sorted(expected), (roots, changed)
+
+
+def test_one_instance_claims_a_fire_of_thousands_of_items_in_parts_zookeeper_accepts(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """A claim is cut into parts that each fit one transaction. Sent whole, the claim of
+    9,000 items on one instance was over ZooKeeper's 1 MiB: the server dropped the
+    connection, the worker sent it again after every reconnect, and no item ever ran."""
+    total = 9000
+    registry = ZooKeeperRegistry(zk_config(zookeeper, unique_namespace("claim")))
+    scheduler = Scheduler(registry, instance_id=A)
+    ran: list[tuple[int, int]] = []  # (item, fencing token)
+    config = JobConfig(job_name="big", cron=NEVER, sharding_total_count=total, misfire=False)
+    scheduler.add_job(config, lambda ctx: ran.append((ctx.sharding_item, ctx.fencing_token)))
+    scheduler.start()
+    try:
+        session = registry.session_id
+        scheduler.trigger("big")
+        wait_until(lambda: len(ran) >= total, timeout=60, what="every item")
+        cache, paths = scheduler.runtimes["big"].cache, JobPaths("big")
+        wait_until(
+            lambda: not any(cache.exists(paths.running(i)) for i in range(total)),
+            timeout=30,
+            what="every claim removed",
+        )
+        assert registry.session_id == session  # never dropped
+    finally:
+        scheduler.stop(grace=5)
+    assert sorted(item for item, _ in ran) == list(range(total))  # each item once
+    tokens = {token for _, token in ran}
+    assert len(tokens) == 3  # 3 claims of up to about 3,500 items, each its own token
+
+
+def test_misfire_flags_of_thousands_of_items_go_in_parts() -> None:
+    registry = MemoryRegistry(namespace=unique_namespace("parts"))
+    paths, items = JobPaths("big"), list(range(20_000))
+    parts = execution.in_parts(registry, items, lambda i: [Create(paths.misfire(i))])
+    assert [i for part in parts for i in part] == items  # in order, each item once
+    prefix = prefix_bytes(registry)
+    for part in parts:
+        ops = [Create(paths.misfire(i)) for i in part]
+        assert sum(op_bytes(op, prefix) for op in ops) <= MAX_TRANSACTION_BYTES
+    assert len(parts) == 4  # about 148 bytes an op by the bound: 5,300 a part
+
+
+class Hiding:
+    """A cache that does not show ``hidden`` yet (behind a concurrent change)."""
+
+    def __init__(self, cache: TreeCache, hidden: str) -> None:
+        self.cache, self.hidden = cache, hidden
+
+    def exists(self, path: str) -> bool:
+        return path != self.hidden and self.cache.exists(path)
+
+    def get(self, path: str) -> bytes | None:
+        return None if path == self.hidden else self.cache.get(path)
+
+    def children(self, path: str) -> list[str]:
+        return self.cache.children(path)
+
+
+def test_a_big_layout_refused_in_its_second_chunk_keeps_the_flag_for_the_next_plan(
+    backend: Backend,
+) -> None:
+    """The chunks of a big layout go out without waiting for each other's answers; the
+    last, which clears the flags, only once they all went through."""
+    total, leader, paths = 12_000, backend.session(), JobPaths("big")
+    leader.put(paths.config, b"x")
+    cache = leader.tree_cache(paths.root)
+    sharding.set_flag(leader, paths)
+    wait_until(lambda: cache.exists(paths.sharding_necessary), what="the flag")
+    leader.put(paths.item_instance(3000), B.encode())  # with its parents; in chunk 2
+    wait_until(lambda: cache.exists(paths.item_instance(3000)), what="the node")
+    stale = Hiding(cache, paths.item_instance(3000))
+    assignment = {A: list(range(total))}
+    assert sharding.write(leader, stale, paths, total, assignment) is None  # type: ignore[arg-type]
+    assert leader.stat(paths.sharding_necessary) is not None  # the next plan reshards
+    assert leader.stat(paths.sharding_processing) is None
+    assert leader.get(paths.item_instance(total - 1)) is None  # the last chunk never went
+    # The next plan, from a cache that has caught up (until then it races, as any would).
+    wait_until(lambda: sharding.write(leader, cache, paths, total, assignment), what="it")
+    assert leader.stat(paths.sharding_necessary) is None
+    assert all(leader.get(paths.item_instance(i)) == A.encode() for i in (0, 3000, total - 1))

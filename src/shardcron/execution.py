@@ -28,7 +28,7 @@ lost answer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from shardcron.errors import (
@@ -38,7 +38,19 @@ from shardcron.errors import (
     RegistryError,
 )
 from shardcron.paths import JobPaths
-from shardcron.registry import Check, Create, Delete, Op, Registry, SetData, Stat, TreeCache
+from shardcron.registry import (
+    MAX_TRANSACTION_BYTES,
+    Check,
+    Create,
+    Delete,
+    Op,
+    Registry,
+    SetData,
+    Stat,
+    TreeCache,
+    op_bytes,
+    prefix_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +72,36 @@ def claim_ops(paths: JobPaths, item: int, instance: str) -> list[Op]:
 
 
 CLAIM_OPS = 2  # per item, as claim_ops writes them: the item node's touch is the last
+# The most bytes of one part (see in_parts); the fault simulation lowers it.
+PART_BYTES = MAX_TRANSACTION_BYTES
+
+
+def in_parts(
+    registry: Registry,
+    items: list[int],
+    ops_of: Callable[[int], list[Op]],
+    once: Sequence[Op] = (),
+) -> list[list[int]]:
+    """``items`` cut, in order, into runs whose ops (``ops_of`` each item, plus ``once``)
+    fit one transaction, by the bound of the highest item (its paths are the longest).
+    ZooKeeper drops the connection that sends a request over its limit, and with it the
+    session of every job of the process: one job's claim of 8,000 items on one instance
+    was such a request, sent again at every reconnect."""
+    if not items:
+        return []
+    prefix = prefix_bytes(registry)
+    per_item = sum(op_bytes(op, prefix) for op in ops_of(max(items)))
+    room = PART_BYTES - sum(op_bytes(op, prefix) for op in once)
+    size = max(1, room // per_item)
+    return [items[n : n + size] for n in range(0, len(items), size)]
+
+
+def claim_parts(
+    registry: Registry, paths: JobPaths, items: list[int], instance: str
+) -> list[list[int]]:
+    """``items`` cut into claims that each fit one transaction (about 3,500 items each)."""
+    lease = Check(paths.lease(instance))
+    return in_parts(registry, items, lambda i: claim_ops(paths, i, instance), [lease])
 
 
 class Claiming:

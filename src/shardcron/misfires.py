@@ -21,6 +21,7 @@ from shardcron import execution, sharding
 from shardcron.errors import RegistryError
 from shardcron.events import ItemsSkipped
 from shardcron.model import ExecutionSource, item_ranges
+from shardcron.registry import Create, Delete
 
 if TYPE_CHECKING:
     from shardcron.firing import Firing
@@ -130,15 +131,22 @@ class Misfires:
                 self._not_before[item] = max(when, self._not_before.get(item, 0.0))
             unflagged = [i for i in items if i not in self._flagged]
             if unflagged and self.rt.config.monitor_execution and not self.rt.suspended:
-                request = execution.MarkingMisfires(self.rt.cache, self.rt.paths, unflagged)
-                self._flagged.update(unflagged)
+                paths = self.rt.paths
+                for part in execution.in_parts(
+                    self.rt.registry, unflagged, lambda i: [Create(paths.misfire(i))]
+                ):
+                    self._flag(part)
 
-                def then(error: RegistryError | None) -> None:
-                    if error is not None:  # the local record re-runs them all the same
-                        self._flagged.difference_update(unflagged)
-                        log.info("job %s: misfire flags not written (%s)", self.rt.name, error)
+    def _flag(self, items: list[int]) -> None:
+        request = execution.MarkingMisfires(self.rt.cache, self.rt.paths, items)
+        self._flagged.update(items)
 
-                self.rt.commits.submit(request, then)
+        def then(error: RegistryError | None) -> None:
+            if error is not None:  # the local record re-runs them all the same
+                self._flagged.difference_update(items)
+                log.info("job %s: misfire flags not written (%s)", self.rt.name, error)
+
+        self.rt.commits.submit(request, then)
 
     def rerun(self, items: list[int]) -> None:
         if (
@@ -171,7 +179,13 @@ class Misfires:
         monitored = self.rt.config.monitor_execution
         flags = [i for i in ready if monitored and cache.exists(paths.misfire(i))]
         ours = [i for i in ready if i not in flags]
-        request = execution.TakingMisfires(paths, flags)
+        delete = execution.in_parts(self.rt.registry, flags, lambda i: [Delete(paths.misfire(i))])
+        for n, part in enumerate(delete or [[]]):
+            self._take(part, ours if n == 0 else [])
+
+    def _take(self, flags: list[int], ours: list[int]) -> None:
+        """Delete the registry's ``flags``, then re-run them and ``ours``."""
+        request = execution.TakingMisfires(self.rt.paths, flags)
         self._taking.update(flags)
 
         def then(error: RegistryError | None) -> None:

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shardcron import execution
 from shardcron.simulation import checks, speed
 from shardcron.simulation.cluster import Cluster, JobSpec, Member
 from shardcron.simulation.faults import Fault, Kind, Timing
@@ -171,10 +172,23 @@ def _probe_every(cluster: Cluster, track: checks.JobTrack, at: float) -> None:
     cluster.world.at(at, probe)
 
 
+# A quarter of the seeds claim in parts of one item: a fire too big for one
+# transaction is claimed as several (execution.in_parts). Drawn apart from the seed's
+# own stream, so that every seed keeps the scenario it had before.
+IN_PARTS_SHARE = 0.25
+IN_PARTS_BYTES = 400
+
+
 def run_seed(seed: int, verbose: bool = False) -> Result:
     cluster = random_cluster(seed, verbose)
     length = cluster.rng.uniform(3.0, 5.0)
     plan_chaos(cluster, EPOCH + WARM_UP, length)
-    result = run(cluster, EPOCH + WARM_UP + length)
+    in_parts = random.Random(f"parts-{seed}").random() < IN_PARTS_SHARE
+    limit = execution.PART_BYTES
+    execution.PART_BYTES = IN_PARTS_BYTES if in_parts else limit
+    try:
+        result = run(cluster, EPOCH + WARM_UP + length)
+    finally:
+        execution.PART_BYTES = limit
     result.seed = seed
     return result
