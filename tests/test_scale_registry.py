@@ -502,8 +502,8 @@ class Hiding:
 def test_a_big_layout_refused_in_its_second_chunk_keeps_the_flag_for_the_next_plan(
     backend: Backend,
 ) -> None:
-    """The chunks of a big layout go out without waiting for each other's answers; the
-    last, which clears the flags, only once they all went through."""
+    """The last chunk of a big layout, which clears the flags, goes out only once every
+    other went through: a layout cut short by a concurrent change is planned again."""
     total, leader, paths = 12_000, backend.session(), JobPaths("big")
     leader.put(paths.config, b"x")
     cache = leader.tree_cache(paths.root)

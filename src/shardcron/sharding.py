@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import queue
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -43,7 +42,6 @@ from shardcron.events import Resharded
 from shardcron.paths import JobPaths
 from shardcron.registry import (
     MAX_TRANSACTION_BYTES,
-    Answer,
     Create,
     Delete,
     Op,
@@ -310,23 +308,12 @@ def chunks(ops: list[Op], prefix: int, limit: int = MAX_TRANSACTION_BYTES) -> li
 
 
 def _commit_in_chunks(registry: Registry, ops: list[Op], finish: list[Op]) -> None:
-    """Every chunk but the last is sent at once, without waiting for the answers of the
-    ones before: the session applies them in order, and ZooKeeper takes the next while
-    the instances read the watch events of the last. The last, which clears the flags,
-    goes once all of them went through: a refused chunk leaves the flag up, and the next
-    plan starts from what the others wrote."""
     prefix = prefix_bytes(registry)
     room = MAX_TRANSACTION_BYTES - sum(op_bytes(op, prefix) for op in finish)
     cut = chunks(ops, prefix, room)
     cut[-1] += finish  # the flags go with the last owners
-    answers: queue.SimpleQueue[Answer] = queue.SimpleQueue()
-    for chunk in cut[:-1]:
-        registry.send_transaction(chunk, answers.put)
-    for _ in cut[:-1]:
-        answer = answers.get()  # as transaction() waits: every request is answered
-        if isinstance(answer, RegistryError):
-            raise answer
-    registry.transaction(cut[-1])
+    for chunk in cut:
+        registry.transaction(chunk)
 
 
 class Resharder:
