@@ -189,15 +189,13 @@ class Firing:
             if busy:
                 self.misfires.skip(busy, "still running from an earlier fire", when)
             free = [i for i in items if i not in self._reserved]
-            # A claim too big for one transaction is several fires of the same second,
-            # each with its own claim (and fencing token), completion and listener calls.
-            parts = (
-                execution.claim_parts(self.rt.registry, self.rt.paths, free, self.rt.instance)
-                if self.rt.config.monitor_execution
-                else [free]
-                if free
-                else []
-            )
+            parts = [free] if free else []
+            if self.rt.config.monitor_execution:
+                # A claim too big for one transaction is several fires of the same second,
+                # each with its own claim (and fencing token), completion and listeners' calls.
+                parts = execution.claim_parts(
+                    self.rt.registry, self.rt.paths, free, self.rt.instance
+                )
             for part in parts:
                 self._claim_and_run(part, source, when, trust_cache)
         except ShardcronError as exc:  # registry faults, a broken custom strategy
