@@ -22,7 +22,8 @@ Completion is one more transaction. Both are :mod:`shardcron.groupcommit` reques
 claims of every job of a process due in the same tick go in one multi-op, their
 completions in another, so in steady state a tick costs two round trips whatever the
 number of jobs, and an instance without items costs none. Both are safe to repeat after a
-lost answer.
+lost answer. A fire whose claim would not fit one transaction is claimed in parts
+(:func:`claim_parts`), each a fire of its own with its own token.
 """
 
 from __future__ import annotations

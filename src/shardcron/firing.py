@@ -3,7 +3,7 @@
 :class:`Firing` belongs to a :class:`shardcron.runtime.JobRuntime` and, like it, runs on
 the coordinator thread only. Its timer (:mod:`shardcron.firetimer`) arms the next fire
 from the job's trigger; it claims the instance's items ahead of the second (one
-multi-op), hands them to the fire path (:mod:`shardcron.fire`) on the second, completes
+multi-op, or one per part of a fire too big for one), hands them to the fire path (:mod:`shardcron.fire`) on the second, completes
 the claim when the last item returns (one multi-op), has skipped items re-run once
 (:mod:`shardcron.misfires`) and queued failover items claimed
 (:mod:`shardcron.failover`). A fire found while resharding is pending waits (one per
