@@ -1,13 +1,18 @@
-"""The select shardcron gives kazoo's connection loop (see shardcron.registry.zkwire)."""
+"""What shardcron adds to kazoo's connection loop: its select, buffered reads and batched
+sends (see shardcron.registry.zkwire)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import struct
+import threading
 from types import SimpleNamespace
 
 from shardcron.registry.zkwire import BufferedReads, poll_select
+from shardcron.registry.zookeeper import ZooKeeperRegistry
+from shardcron.testing import ZooKeeperServer, unique_namespace
+from tests.conftest import zk_config
 
 
 def test_the_connection_loop_wakes_for_data_for_room_to_send_and_for_a_dropped_peer() -> None:
@@ -89,3 +94,33 @@ def test_watch_events_skip_kazoos_reader_in_order_except_those_kazoo_waits_for()
         theirs.sendall(_watch(1, "/e")[-1:])
         assert reads.read_socket(1.0) is None
         assert kazoo.read_by_kazoo[-1] == -1  # a new turn starts with kazoo's read
+
+
+def test_requests_queued_during_a_send_go_out_in_one_write_each_answered(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    registry = ZooKeeperRegistry(zk_config(zookeeper, unique_namespace()))
+    registry.start()
+    try:
+        client, connection = registry.client, registry.client._connection
+        write, writes = connection._write, []
+        sending, release = threading.Event(), threading.Event()
+
+        def held_write(msg: bytes, timeout: float) -> None:
+            writes.append(msg)
+            sending.set()
+            release.wait(10)  # the first write waits while the others queue up
+            write(msg, timeout)
+
+        connection._write = held_write
+        first = client.create_async("/n-000", b"0")
+        assert sending.wait(10)
+        # Fewer than fill kazoo's wake-up socket pair: a one-byte send takes a whole
+        # buffer slot there, and a full pair blocks whoever queues a request.
+        rest = [client.create_async(f"/n-{n:03d}", str(n).encode()) for n in range(1, 100)]
+        release.set()
+        assert [answer.get(10) for answer in [first, *rest]] == [f"/n-{n:03d}" for n in range(100)]
+        assert len(writes) == 2  # kazoo alone writes once per request
+        assert client.get("/n-099")[0] == b"99"
+    finally:
+        registry.close()

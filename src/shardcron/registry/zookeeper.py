@@ -122,6 +122,7 @@ class ZooKeeperRegistry:
         client.add_listener(self._on_kazoo_state)
         client.handler.select = zkwire.poll_select
         self._reads = zkwire.BufferedReads(client._connection)
+        zkwire.send_queued(client._connection)
 
     def _hook_watch_events(self) -> None:
         client = self.client
