@@ -59,9 +59,10 @@ def failover_workers(
         yield w
 
 
-def mid_run(w: Workers, items: int, into: float) -> float:
-    """Wait for a fire that starts every item, then ``into`` seconds more; its start time."""
-    fire = next_fire_start(w, time.time(), items)
+def mid_run(w: Workers, items: int, into: float, on: tuple[str, ...]) -> float:
+    """Wait for a fire that starts every item, each of ``on`` running some, then ``into``
+    seconds more; its start time."""
+    fire = next_fire_start(w, time.time(), items, on)
     wait_until(lambda: time.time() > fire + into, what="mid-run")
     return fire
 
@@ -74,15 +75,21 @@ def start_all(w: Workers, admin: Registry, *instances: str) -> None:
     )
 
 
-def next_fire_start(w: Workers, after: float, items: int) -> float:
-    """The start time of the first fire after ``after`` in which all items started."""
+def next_fire_start(w: Workers, after: float, items: int, on: tuple[str, ...]) -> float:
+    """The start time of the first fire after ``after`` in which all items started, on a
+    layout over every instance of ``on``: a first layout written before the last of them
+    joined runs a fire on the others only."""
 
     def find() -> float | None:
-        by_second: dict[int, set[int]] = {}
+        by_second: dict[int, tuple[set[int], set[str]]] = {}
         for run in w.runs(unfinished=True):
             if run.start > after and run.source == "NORMAL_TRIGGER":
-                by_second.setdefault(int(run.start), set()).add(run.item)
-        full = [s for s, got in by_second.items() if len(got) == items]
+                got, where = by_second.setdefault(int(run.start), (set(), set()))
+                got.add(run.item)
+                where.add(run.instance)
+        full = [
+            s for s, (got, where) in by_second.items() if len(got) == items and where >= set(on)
+        ]
         return float(min(full)) if full else None
 
     return wait_until(find, timeout=25, what="a complete fire")
@@ -117,7 +124,7 @@ def test_every_item_of_a_crashed_instance_runs_again_in_the_same_fire_window(
     """The seeds' case: 3 instances, 9 items, one dies mid-run while the others are busy."""
     with failover_workers(zookeeper, admin, tmp_path, 9, hold=4) as w:
         start_all(w, admin, A, B, C)
-        fire = mid_run(w, 9, into=1)
+        fire = mid_run(w, 9, into=1, on=(A, B, C))
         w.workers[B].kill()
         killed = time.time()
         lost = {r.item for r in w.interrupted() if r.instance == B}
@@ -155,7 +162,7 @@ def test_crash_of_an_instance_running_failover_items(
 ) -> None:
     with failover_workers(zookeeper, admin, tmp_path, 6, hold=6) as w:
         start_all(w, admin, A, B, C)
-        mid_run(w, 6, into=0.5)
+        mid_run(w, 6, into=0.5, on=(A, B, C))
         w.workers[B].kill()
         killed = time.time()
         lost_b = {r.item for r in w.interrupted() if r.instance == B}
@@ -191,7 +198,7 @@ def test_whole_cluster_restart_requeues_persistent_running_nodes(
 ) -> None:
     with failover_workers(zookeeper, admin, tmp_path, 4, hold=6) as w:
         start_all(w, admin, A, B)
-        mid_run(w, 4, into=0.5)
+        mid_run(w, 4, into=0.5, on=(A, B))
         w.workers[A].kill()
         w.workers[B].kill()
         wait_until(
@@ -215,7 +222,7 @@ def test_turning_failover_off_clears_failover_nodes(
 ) -> None:
     with failover_workers(zookeeper, admin, tmp_path, 4, hold=8) as w:
         start_all(w, admin, A, B)
-        mid_run(w, 4, into=0.5)
+        mid_run(w, 4, into=0.5, on=(A, B))
         w.workers[B].kill()
         wait_until(
             lambda: any(admin.stat(PATHS.failovering(i)) for i in range(4)),
@@ -248,7 +255,7 @@ def test_a_stalled_worker_wakes_up_fenced(
         wait_until(
             lambda: registered(admin, "ledger", A) and registered(admin, "ledger", B), timeout=30
         )
-        mid_run(w, 4, into=0.5)
+        mid_run(w, 4, into=0.5, on=(A, B))
         w.workers[B].kill(signal.SIGSTOP)
         stopped = time.time()
         stalled = {r.item: r for r in w.interrupted() if r.instance == B}
