@@ -3,10 +3,10 @@
 :class:`Firing` belongs to a :class:`shardcron.runtime.JobRuntime` and, like it, runs on
 the coordinator thread only. Its timer (:mod:`shardcron.firetimer`) arms the next fire
 from the job's trigger; it claims the instance's items ahead of the second (one
-multi-op, or one per part of a fire too big for one), hands them to the fire path (:mod:`shardcron.fire`) on the second, completes
-the claim when the last item returns (one multi-op), has skipped items re-run once
-(:mod:`shardcron.misfires`) and queued failover items claimed
-(:mod:`shardcron.failover`). A fire found while resharding is pending waits (one per
+multi-op, or one per part of a fire too big for one), hands them to the fire path
+(:mod:`shardcron.fire`) on the second, completes the claim when the last item returns
+(one multi-op), has skipped items re-run once (:mod:`shardcron.misfires`) and queued
+failover items claimed (:mod:`shardcron.failover`). A fire found while resharding is pending waits (one per
 job, coalesced) for the new layout instead of holding a thread. A claim or completion
 whose answer was lost stays listed until :meth:`Firing.resolve` settles it from the
 registry after the reconnect.
@@ -189,13 +189,14 @@ class Firing:
             if busy:
                 self.misfires.skip(busy, "still running from an earlier fire", when)
             free = [i for i in items if i not in self._reserved]
-            parts = [free] if free else []
             if self.rt.config.monitor_execution:
                 # A claim too big for one transaction is several fires of the same second,
                 # each with its own claim (and fencing token), completion and listeners' calls.
                 parts = execution.claim_parts(
                     self.rt.registry, self.rt.paths, free, self.rt.instance
                 )
+            else:
+                parts = [free] if free else []
             for part in parts:
                 self._claim_and_run(part, source, when, trust_cache)
         except ShardcronError as exc:  # registry faults, a broken custom strategy
