@@ -10,8 +10,15 @@ import threading
 from types import SimpleNamespace
 
 from kazoo.protocol.connection import PING_XID
+from kazoo.protocol.serialization import CheckVersion
+from kazoo.protocol.serialization import Create as KazooCreate
+from kazoo.protocol.serialization import Delete as KazooDelete
+from kazoo.protocol.serialization import SetData as KazooSetData
+from kazoo.protocol.serialization import Transaction as KazooTransaction
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
-from shardcron.registry.zkwire import BufferedReads, poll_select
+from shardcron.registry import Check, Create, Delete, Op, SetData
+from shardcron.registry.zkwire import BufferedReads, Multi, poll_select, transaction
 from shardcron.registry.zookeeper import ZooKeeperRegistry
 from shardcron.testing import ZooKeeperServer, unique_namespace
 from tests.conftest import zk_config
@@ -31,6 +38,44 @@ def test_the_connection_loop_wakes_for_data_for_room_to_send_and_for_a_dropped_p
         theirs.close()
         # A closed connection reads as ready, so kazoo's read raises and it reconnects.
         assert poll_select([ours], [], [], 1.0)[0] == [ours]
+
+
+def test_a_multi_is_the_bytes_kazoo_would_send_and_reads_kazoos_answers() -> None:
+    running = "127.0.0.1@-@7001 é".encode()
+    ops: list[Op] = [
+        Create("/j/sharding/0/running", running),
+        SetData("/j/sharding/0", b""),
+        Check("/j/leases/x", 3),
+        Delete("/j/sharding/7/running", -1),
+        Create("/j/instances/i", b"", ephemeral=True, sequential=True),
+        SetData("/j/config", b"\x00v", 7),
+    ]
+    for acl in (None, [make_digest_acl("user", "secret", all=True)]):
+        theirs = KazooTransaction(
+            [
+                KazooCreate("/ns/j/sharding/0/running", running, acl or OPEN_ACL_UNSAFE, 0),
+                KazooSetData("/ns/j/sharding/0", b"", -1),
+                CheckVersion("/ns/j/leases/x", 3),
+                KazooDelete("/ns/j/sharding/7/running", -1),
+                KazooCreate("/ns/j/instances/i", b"", acl or OPEN_ACL_UNSAFE, 3),
+                KazooSetData("/ns/j/config", b"\x00v", 7),
+            ]
+        )
+        ours = transaction(ops, lambda path: "/ns" + path, acl)
+        assert ours.type == theirs.type
+        assert ours.serialize() == bytes(theirs.serialize())
+    # An answer: a created path, a stat, a check, then an error and the ops rolled back.
+    stat = struct.pack("!qqqqiiiqiiq", 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 9)
+    answer = (
+        struct.pack("!iBi", 1, 0, 0) + struct.pack("!i", 6) + b"/ns/a0"
+        + struct.pack("!iBi", 5, 0, 0) + stat
+        + struct.pack("!iBi", 13, 0, 0)
+        + struct.pack("!iBi", -1, 0, -1) + struct.pack("!i", -110)
+        + struct.pack("!iBi", -1, 1, -1)
+    )  # fmt: skip
+    ours_read, theirs_read = Multi.deserialize(answer, 0), KazooTransaction.deserialize(answer, 0)
+    assert ours_read[:3] == theirs_read[:3]
+    assert [type(r) for r in ours_read[3:]] == [type(r) for r in theirs_read[3:]]
 
 
 def _packet(xid: int, body: bytes) -> bytes:

@@ -88,8 +88,8 @@ def in_parts(
     ZooKeeper drops the connection that sends a request over its limit, and with it the
     session of every job of the process: one job's claim of 8,000 items on one instance
     was such a request, sent again at every reconnect."""
-    if not items:
-        return []
+    if len(items) <= 1:
+        return [items] if items else []  # one item always makes a part: no sizing per fire
     prefix = prefix_bytes(registry)
     per_item = sum(op_bytes(op, prefix) for op in ops_of(max(items)))
     room = PART_BYTES - sum(op_bytes(op, prefix) for op in once)
