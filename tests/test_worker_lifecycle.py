@@ -21,7 +21,7 @@ from shardcron.model import ShardingContext, item_ranges, some
 from shardcron.paths import JobPaths
 from shardcron.registry import Create, Op, OpResult
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
-from shardcron.scheduler import GC_YOUNG_THRESHOLD, Scheduler, gc_young_room
+from shardcron.scheduler import GC_YOUNG_PER_JOB, GC_YOUNG_THRESHOLD, Scheduler
 from shardcron.strategies import avg_allocation, register_strategy
 from tests.helpers import wait_until
 
@@ -433,9 +433,9 @@ def gc_restored() -> Iterator[None]:
 @pytest.mark.parametrize(
     ("jobs", "setting", "preset", "expected"),
     [
-        pytest.param(300, GC_YOUNG_THRESHOLD, 700, 1_800, id="room-with-the-jobs-squared"),
-        pytest.param(300, 800, 700, 800, id="up-to-the-setting"),
-        pytest.param(100, GC_YOUNG_THRESHOLD, 700, 700, id="a-small-worker-keeps-700"),
+        pytest.param(100, GC_YOUNG_THRESHOLD, 700, 100 * GC_YOUNG_PER_JOB, id="room-per-job"),
+        pytest.param(100, 800, 700, 800, id="up-to-the-setting"),
+        pytest.param(3, GC_YOUNG_THRESHOLD, 700, 700, id="a-small-worker-keeps-700"),
         pytest.param(100, GC_YOUNG_THRESHOLD, 200_000, 200_000, id="a-higher-one-is-kept"),
         pytest.param(100, GC_YOUNG_THRESHOLD, 0, 0, id="a-disabled-collector-stays-off"),
         pytest.param(100, None, 700, 700, id="none-leaves-it"),
@@ -450,9 +450,8 @@ def test_a_started_worker_collects_young_garbage_less_often(
     expected: int,
 ) -> None:
     """A worker of 10,000 jobs spent 10-12 s of CPU a minute in collections at the
-    interpreter's threshold, and one of 5,000 with room for 10 per job 2.3 s in 20 s; a
-    small one keeps it, as a bigger young generation pauses longer. The older
-    generations' thresholds stay, so full collections still come."""
+    interpreter's threshold; a small one keeps it, as a bigger young generation pauses
+    longer. The older generations' thresholds stay, so full collections still come."""
     gc.set_threshold(preset, 10, 10)
     scheduler = Scheduler(MemoryRegistry(server, "life"), instance_id=A, gc_threshold=setting)
     for n in range(jobs):
@@ -463,16 +462,6 @@ def test_a_started_worker_collects_young_garbage_less_often(
         assert gc.get_threshold() == (expected, 10, 10)
     finally:
         scheduler.stop(grace=1.0)
-
-
-def test_the_room_grows_with_the_square_of_the_jobs_up_to_the_default_most() -> None:
-    assert [gc_young_room(jobs) for jobs in (3, 187, 188, 1_000, 5_000)] == [
-        0,
-        699,
-        706,
-        20_000,
-        GC_YOUNG_THRESHOLD,
-    ]
 
 
 def test_a_gc_threshold_that_is_not_a_count_is_refused() -> None:

@@ -63,19 +63,11 @@ T = TypeVar("T")
 # Room in the cyclic collector's youngest generation (the interpreter's is 700 container
 # allocations). At 700, a worker of thousands of jobs promoted its fires' garbage and ran
 # full collections over a million objects every few seconds (pauses up to 0.8 s); with
-# room for a tick's garbage most of it dies young. The room grows with the square of the
-# jobs: a worker allocates in proportion to its jobs, and each young collection scans
-# what a tick holds in flight, which grows with them too. With room in proportion to the
-# jobs (10 each), the collections' share grew with the jobs: 0.5 s in 20 s at 1,000
-# every-second jobs, 2.3 s at 5,000 (each collection 65 ms). Measured in
-# docs/performance.md (twelfth and twenty-seventh sessions) and docs/deployment.md.
-GC_JOBS_SQUARED_PER_ALLOCATION = 50  # room: jobs * jobs // 50 (700 reached at 188 jobs)
-GC_YOUNG_THRESHOLD = 500_000  # the most, by default (reached at 5,000 jobs)
-
-
-def gc_young_room(jobs: int) -> int:
-    """The room a started worker of ``jobs`` jobs asks for in the youngest generation."""
-    return jobs * jobs // GC_JOBS_SQUARED_PER_ALLOCATION
+# room for a tick's garbage most of it dies young. The room grows with the jobs: a young
+# collection scans all it holds, and the garbage it waits for is memory. Measured in
+# docs/performance.md (twelfth session) and docs/deployment.md.
+GC_YOUNG_PER_JOB = 10
+GC_YOUNG_THRESHOLD = 50_000  # the most, by default (reached at 5,000 jobs)
 
 
 def workers_for(config: JobConfig) -> int:
@@ -108,10 +100,9 @@ class Scheduler:
         ``listener_types`` and ``error_handlers`` register the names jobs may use for
         them (see :mod:`shardcron.plugins`): registry values never name other code.
         ``gc_threshold``: from :meth:`start` on, the youngest generation of the process's
-        cyclic garbage collector has room for the square of the jobs started over 50
-        allocations, up to this many (see ``gc.set_threshold``: below 188 jobs the
-        interpreter's 700 stays, and a higher setting is kept), and the collector waits
-        while the items of a second
+        cyclic garbage collector has room for 10 allocations per job started, up to this
+        many (see ``gc.set_threshold``: below 71 jobs the interpreter's 700 stays, and a
+        higher setting is kept), and the collector waits while the items of a second
         start (see :mod:`shardcron.startsfirst`); None leaves the collector as it is."""
         if gc_threshold is not None and gc_threshold < 1:
             raise ConfigError(
@@ -214,7 +205,7 @@ class Scheduler:
         """
         self._connect(connect_timeout)
         if self._gc_threshold is not None:
-            _raise_gc_threshold(min(self._gc_threshold, gc_young_room(len(self._jobs))))
+            _raise_gc_threshold(min(self._gc_threshold, GC_YOUNG_PER_JOB * len(self._jobs)))
         self.card.start()
         if self._dump_port is not None:
             self._dump = DumpServer(self.registry, self._dump_port).start()
