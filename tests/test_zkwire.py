@@ -64,7 +64,7 @@ def test_a_multi_is_the_bytes_kazoo_would_send_and_reads_kazoos_answers() -> Non
         ours = transaction(ops, lambda path: "/ns" + path, acl)
         assert ours.type == theirs.type
         assert ours.serialize() == bytes(theirs.serialize())
-    # An answer: a created path, a stat, a check, then an error and the ops rolled back.
+    # An answer: a created path, a stat, a check, then an op refused (the node exists).
     stat = struct.pack("!qqqqiiiqiiq", 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 9)
     answer = (
         struct.pack("!iBi", 1, 0, 0) + struct.pack("!i", 6) + b"/ns/a0"

@@ -176,7 +176,9 @@ _CREATE, _DELETE, _SET_DATA, _CHECK = (
     KazooSetData.type,
     CheckVersion.type,
 )
-_OP_HEADERS = {kind: multiheader_struct.pack(kind, False, -1) for kind in (1, 2, 5, 13)}
+_OP_HEADERS = {
+    kind: multiheader_struct.pack(kind, False, -1) for kind in (_CREATE, _DELETE, _SET_DATA, _CHECK)
+}
 _LAST_HEADER = multiheader_struct.pack(-1, True, -1)
 _ACLS: dict[tuple[Any, ...], bytes] = {}  # a client's ACL list, packed once
 
