@@ -6,10 +6,10 @@ from the job's trigger; it claims the instance's items ahead of the second (one
 multi-op, or one per part of a fire too big for one), hands them to the fire path
 (:mod:`shardcron.fire`) on the second, completes the claim when the last item returns
 (one multi-op), has skipped items re-run once (:mod:`shardcron.misfires`) and queued
-failover items claimed (:mod:`shardcron.failover`). A fire found while resharding is pending waits (one per
-job, coalesced) for the new layout instead of holding a thread. A claim or completion
-whose answer was lost stays listed until :meth:`Firing.resolve` settles it from the
-registry after the reconnect.
+failover items claimed (:mod:`shardcron.failover`). A fire found while resharding is
+pending waits (one per job, coalesced) for the new layout instead of holding a thread. A
+claim or completion whose answer was lost stays listed until :meth:`Firing.resolve`
+settles it from the registry after the reconnect.
 """
 
 from __future__ import annotations
