@@ -9,6 +9,7 @@ it off, so :class:`BenchZooKeeper` puts it back).
 
 from __future__ import annotations
 
+import compileall
 import json
 import math
 import os
@@ -123,6 +124,16 @@ def registry_url(zk: ZooKeeperServer, namespace: str, session_ms: int) -> str:
         f"zk://{zk.connect_string}/{namespace}?sessionTimeoutMilliseconds={session_ms}"
         "&baseSleepTimeMilliseconds=100&maxSleepTimeMilliseconds=500"
     )
+
+
+def compile_bytecode() -> None:
+    """Write the bytecode of this tree's ``src`` and ``bench`` before any process starts.
+    An installed package comes with it (pip compiles wheels), but an editable checkout
+    run with ``PYTHONDONTWRITEBYTECODE`` (as this machine's shell sets it) has none: every
+    worker then compiled all of shardcron at start, about 0.5 s of a core each, five
+    workers at once in the 10,000 × 50 launch."""
+    for folder in ("src", "bench"):
+        compileall.compile_dir(ROOT / folder, quiet=1)
 
 
 def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -82,7 +82,7 @@ def test_fault_point(
     kind: Kind, timing: Timing, role: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if kind is Kind.RESHARD_PROCESSING:
-        monkeypatch.setattr(sharding, "MAX_TRANSACTION_BYTES", 400)  # a few owners each
+        monkeypatch.setattr(sharding, "LAYOUT_BYTES", 400)  # a few owners each
     jobs = [JobSpec("job0", items=6, period=1, failover=True, misfire=True)]
     cluster = Cluster(jobs, instances=4, session_timeout=2.0, rng=random.Random(12))
     fault = Fault(timing, OUTAGE, kind)
