@@ -174,9 +174,8 @@ def _probe_every(cluster: Cluster, track: checks.JobTrack, at: float) -> None:
 
 # A quarter of the seeds claim in parts of one item and write layouts a few owners per
 # transaction: a fire too big for one transaction is claimed as several
-# (execution.in_parts), a layout is written as several sent together
-# (sharding.write). Drawn apart from the seed's own stream, so that every seed keeps
-# the scenario it had before.
+# (execution.in_parts), a layout is written as several (sharding.write). Drawn apart
+# from the seed's own stream, so that every seed keeps the scenario it had before.
 IN_PARTS_SHARE = 0.25
 IN_PARTS_BYTES = 400
 
