@@ -41,6 +41,7 @@ class JobSpec:
     failover: bool = False
     misfire: bool = True
     hold: float = 0.0
+    strategy: str | None = None  # None: the default, AVG_ALLOCATION
 
     def config(self) -> JobConfig:
         return JobConfig(
@@ -50,6 +51,7 @@ class JobSpec:
             monitor_execution=self.monitor,
             failover=self.failover,
             misfire=self.misfire,
+            job_sharding_strategy_type=self.strategy,
             overwrite=True,
         )
 
