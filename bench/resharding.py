@@ -12,9 +12,10 @@ from there to the start of the last item of the first fire in which all 10,000 i
 on the new assignment (the job's strategy over the new instance list, computed with
 shardcron's own code: AVG_ALLOCATION, the default). The target is the fire interval
 plus 2 s. The full run measures 10,000 × 50 a second time with RENDEZVOUS, the
-low-movement strategy (a 51st instance moves 277 owners where AVG_ALLOCATION moves
-4,904), judged on the same join and leave target. "Rejected for size" is ZooKeeper's
-``zk_large_requests_rejected`` counter plus "Len error" lines in its log.
+low-movement strategy (a 51st instance gives 277 items a new owner, where
+AVG_ALLOCATION gives 4,904), judged on the same join and leave target. "Rejected for
+size" is ZooKeeper's ``zk_large_requests_rejected`` counter plus "Len error" lines in
+its log.
 The launch row is the time from the first worker's ``exec`` to the last item start of the
 first fire in which all items ran on the initial layout; its target (10 s) applies to
 10,000 × 50.
@@ -83,7 +84,7 @@ class Scale:
 
 
 FULL = Scale(items=10_000, instances=50, processes=5, interval=5)
-# The same with the low-movement strategy: a join moves 277 owners, not 4,904.
+# The same with the low-movement strategy: a join gives 277 items a new owner, not 4,904.
 FULL_RENDEZVOUS = Scale(items=10_000, instances=50, processes=5, interval=5, strategy="RENDEZVOUS")
 REFERENCE = Scale(items=1_000, instances=10, processes=2, interval=5)
 HUGE = Scale(items=100_000, instances=100, processes=10, interval=20)
