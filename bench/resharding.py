@@ -143,7 +143,7 @@ class Fires:
         return None
 
 
-def layout(instances: list[str], items: int, strategy: str | None = None) -> dict[int, str]:
+def layout(instances: list[str], items: int, strategy: str | None) -> dict[int, str]:
     assignment = resolve_strategy(strategy)(order_instances(instances), JOB, items)
     return {item: owner for owner, owned in assignment.items() for item in owned}
 

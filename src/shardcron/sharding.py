@@ -295,7 +295,7 @@ def _checked(
     return assignment
 
 
-def chunks(ops: list[Op], prefix: int, limit: int = MAX_TRANSACTION_BYTES) -> list[list[Op]]:
+def chunks(ops: list[Op], prefix: int, limit: int) -> list[list[Op]]:
     """``ops`` cut, in order, into the fewest transactions of at most ``limit`` bytes."""
     found: list[list[Op]] = [[]]
     used = 0
