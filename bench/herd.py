@@ -30,11 +30,16 @@ every due moment is a herd of N jobs, as at the top of the minute.
   ZooKeeper's 1 MiB request limit). It is judged on the steady herd only: the first herd
   may also carry the sharding.
 * **CPU**: user + system seconds of each worker and of ZooKeeper's JVM over the window.
+* **graceful stop**: half an interval after the steady herd's next one (nothing runs),
+  SIGTERM to both workers at once, as a deploy stops them: seconds until both exited
+  (killed after STOP_CAP_SECONDS), and the jobs whose ``stopped`` list then names both
+  workers, i.e. that show STOPPED rather than CRASHED. No target: reported.
 """
 
 from __future__ import annotations
 
 import math
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -54,11 +59,17 @@ from bench.common import (
 )
 from bench.report import MET, MISSED, Table, ms, num
 from bench.worker import JobSpec, WorkerSpec, proc_cpu_seconds
+from shardcron.paths import JobPaths
+from shardcron.registry.zookeeper import ZooKeeperRegistry
+from shardcron.registryconfig import RegistryConfig
 from shardcron.testing import unique_namespace
 
 SESSION_MS = 10_000  # shardcron's default
 INSTANCES = ("127.0.0.1@-@7201", "127.0.0.1@-@7202")
 TARGET_REGISTERED_S = 20.0
+# How long the bench waits for a graceful stop before it kills the workers: an
+# orchestrator's grace (Kubernetes gives 30 s).
+STOP_CAP_SECONDS = 30.0
 TARGET_P99_MS = 250.0
 ITEMS_PER_CHUNK = 1000
 
@@ -122,6 +133,9 @@ class Outcome:
     registered_at: float  # seconds after launch; NaN if not within the cap
     registered: int  # jobs registered on every worker at that moment (or at the cap)
     herds: list[Herd] = field(default_factory=list)
+    stopped_in: float = math.nan  # SIGTERM to the last worker's exit, seconds
+    killed: int = 0  # workers still running STOP_CAP_SECONDS after SIGTERM
+    stops_recorded: int = 0  # jobs whose `stopped` list names both workers after
 
 
 def _registered(zk: BenchZooKeeper, namespace: str) -> int:
@@ -198,6 +212,9 @@ def measure(zk: BenchZooKeeper, tmp: Path, plan: Plan) -> Outcome:
             _alive(procs, logs)
             probes.append(Probe.take(zk, procs))
         time.sleep(0.7)  # the workers' status lines of the last half second land
+        sleep_until(herds[-1] + plan.interval * 1.5)  # between two herds: nothing runs
+        outcome.stopped_in, outcome.killed = _stop(procs)
+        outcome.stops_recorded = _stops_recorded(zk, namespace, jobs)
     finally:
         terminate(procs)
     records = starts(ledger)
@@ -207,6 +224,33 @@ def measure(zk: BenchZooKeeper, tmp: Path, plan: Plan) -> Outcome:
             _herd(moment, k == 0, plan, records, lines, sessions, probes[k], probes[k + 1])
         )
     return outcome
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> tuple[float, int]:
+    """SIGTERM every worker at once (a deploy stopping them): seconds until the last one
+    exited, and how many had not within STOP_CAP_SECONDS (terminate kills those)."""
+    began = time.time()
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    killed = 0
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, began + STOP_CAP_SECONDS - time.time()))
+        except subprocess.TimeoutExpired:
+            killed += 1
+    return time.time() - began, killed
+
+
+def _stops_recorded(zk: BenchZooKeeper, namespace: str, jobs: list[JobSpec]) -> int:
+    """Jobs whose ``stopped`` list names both workers: shown STOPPED, not CRASHED."""
+    registry = ZooKeeperRegistry(RegistryConfig(servers=zk.connect_string, namespace=namespace))
+    registry.start()
+    try:
+        found = registry.get_with_stats([JobPaths(job.name).stopped for job in jobs])
+    finally:
+        registry.close()
+    both = {instance.encode() for instance in INSTANCES}
+    return sum(1 for node in found if node is not None and set(node[0].split(b",")) == both)
 
 
 def _nearest(lines: list[dict[str, Any]], at: float) -> dict[str, Any] | None:
@@ -305,6 +349,21 @@ def table(outcome: Outcome) -> Table:
         verdict = f"{MISSED}: {outcome.registered:,}/{plan.jobs:,} in {plan.register_cap:g} s"
         registered = f"not reached in {plan.register_cap:g} s"
     result.add("registration", registered, "–", "–", "–", "–", "–", verdict)
+    stop = (
+        f"both exited in {outcome.stopped_in:.1f} s"
+        if not outcome.killed
+        else f"{outcome.killed} not exited in {STOP_CAP_SECONDS:g} s"
+    )
+    result.add(
+        "graceful stop (SIGTERM to both at once)",
+        "–",
+        f"{stop}; clean stop recorded for {outcome.stops_recorded:,}/{plan.jobs:,} jobs",
+        "–",
+        "–",
+        "–",
+        "–",
+        "no target",
+    )
     for herd in outcome.herds:
         late = herd.lateness
         limits = " / ".join(str(herd.allowance(i)) for i in INSTANCES)

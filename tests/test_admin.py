@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardcron import stopmark
+from shardcron import deregistration
 from shardcron.admin import (
     Admin,
     ItemStatus,
@@ -22,6 +22,7 @@ from shardcron.admin import (
     job_status,
 )
 from shardcron.config import JobConfig, instance_yaml
+from shardcron.deregistration import Leaving
 from shardcron.errors import ConfigError
 from shardcron.model import ServerStatus
 from shardcron.paths import JobPaths
@@ -472,7 +473,7 @@ def test_a_stop_that_loses_the_race_to_a_fleet_of_stops_is_still_recorded() -> N
     registry.put(paths.stopped, B.encode())
     cache = registry.tree_cache(paths.root)
     wait_until(lambda: cache.exists(paths.stopped), what="the cache")
-    stopmark.mark_stopped(registry, cache, "javaJob", A)
+    deregistration.remove(registry, [Leaving(paths, A, cache, operator=False)])
     assert not rivals
     # The rivals own no item: only A and B, owners, stay listed.
     assert parse_stopped(registry.get(paths.stopped)) == {A, B}

@@ -219,6 +219,73 @@ def test_a_clean_stop_of_a_big_job_costs_a_few_requests(zookeeper: ZooKeeperServ
         reader.close()
 
 
+def test_a_worker_of_many_jobs_deregisters_them_in_a_few_requests(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """A stop removes each job's instance node and leadership and records the clean stop:
+    read for every job at once and written in a few transactions, not a chain of round
+    trips per job (a worker of 5,000 jobs took 35 s to stop)."""
+    jobs, namespace = 300, unique_namespace("stops")
+    registry = ZooKeeperRegistry(zk_config(zookeeper, namespace))
+    scheduler = Scheduler(registry, instance_id=A)
+    _jobs(scheduler, jobs)
+    scheduler.start()
+    runtimes = list(scheduler.runtimes.values())
+    wait_until(lambda: all(rt.is_leader() for rt in runtimes), timeout=60, what="the elections")
+    before = registry.request_count
+    scheduler.stop(grace=5)
+    assert registry.request_count - before < 10  # was 9 per job
+    reader = ZooKeeperRegistry(zk_config(zookeeper, namespace))
+    reader.start()
+    try:
+        for n in range(jobs):
+            paths = JobPaths(f"job{n}")
+            found = reader.get_with_stats([paths.instance(A), paths.election_instance])
+            assert found == [None, None]
+            assert reader.get(paths.stopped) == A.encode()
+    finally:
+        reader.close()
+
+
+def test_two_workers_stopping_the_same_jobs_at_once_both_record_their_clean_stop(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """Both rewrite every job's ``stopped`` list at once, each at the version it read: the
+    one refused reads again, so that no job shows CRASHED after a clean stop of all."""
+    jobs, namespace = 30, unique_namespace("stops")
+    url = f"zk://{zookeeper.connect_string}/{namespace}"
+    first, second = Scheduler(url, instance_id=A), Scheduler(url, instance_id=B)
+    for scheduler in (first, second):
+        _jobs(scheduler, jobs)
+        scheduler.start()
+    for n in range(jobs):  # the first fire writes the layout: both own an item of each
+        first.trigger(f"job{n}")
+    wait_until(
+        lambda: all(
+            {
+                first.runtimes[f"job{n}"].cache.get(JobPaths(f"job{n}").item_instance(i))
+                for i in (0, 1)
+            }
+            == {A.encode(), B.encode()}
+            for n in range(jobs)
+        ),
+        timeout=30,
+        what="every layout",
+    )
+    stoppers = [threading.Thread(target=s.stop, kwargs={"grace": 5}) for s in (first, second)]
+    for stopper in stoppers:
+        stopper.start()
+    for stopper in stoppers:
+        stopper.join(60)
+    reader = ZooKeeperRegistry(zk_config(zookeeper, namespace))
+    reader.start()
+    try:
+        stopped = [reader.get(JobPaths(f"job{n}").stopped) for n in range(jobs)]
+    finally:
+        reader.close()
+    assert stopped == [b",".join(sorted([A.encode(), B.encode()]))] * jobs
+
+
 def test_instances_starting_together_share_one_first_layout() -> None:
     """Four instances start 0.3 s apart across a fire's second. Written at that second,
     the first layout would leave out the last one and be rewritten at the next fire

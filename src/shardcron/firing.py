@@ -414,7 +414,7 @@ class Firing:
         if not self._fires:
             self.idle.set()
             if self.rt.stopped:
-                self.rt.deregister()
+                self.rt.departures.add(self.rt)
         follow, fire.follow = fire.follow, None
         if follow is not None and not self.rt.stopped:
             self._run_follow(follow)

@@ -28,7 +28,16 @@ from shardcron.drift import drift, drift_notice
 from shardcron.errors import JobConflictError, RegistryError, ShardcronError, TransactionError
 from shardcron.jobconfig import JobConfig
 from shardcron.paths import JobPaths
-from shardcron.registry import Create, Op, Registry, SetData, TreeCache, fitting, prefix_bytes
+from shardcron.registry import (
+    Create,
+    Op,
+    Registry,
+    SetData,
+    TreeCache,
+    fitting,
+    group_of,
+    prefix_bytes,
+)
 
 if TYPE_CHECKING:
     from shardcron.runtime import JobRuntime
@@ -134,7 +143,7 @@ def _register(registry: Registry, plans: list[Plan], failed: Failed) -> None:
         try:
             registry.transaction([op for _, ops, _ in plans for op in ops])
         except TransactionError as exc:
-            culprit = _owner(plans, exc.index)
+            culprit = plans[group_of((ops for _, ops, _ in plans), exc.index)][0]
             log.debug("registering %d jobs together raced at %s", len(plans), culprit.name)
             _alone([culprit], failed, loaded=True)
             plans = _plans([runtime for runtime, _, _ in plans if runtime is not culprit], failed)
@@ -149,15 +158,6 @@ def _register(registry: Registry, plans: list[Plan], failed: Failed) -> None:
             runtime.begin()
         return
     _alone([runtime for runtime, _, _ in plans], failed, loaded=True)
-
-
-def _owner(plans: Sequence[Plan], index: int) -> JobRuntime:
-    """The job whose ops hold op ``index`` of the joined transaction."""
-    for runtime, ops, _ in plans:
-        if index < len(ops):
-            return runtime
-        index -= len(ops)
-    return plans[-1][0]
 
 
 def _alone(runtimes: Sequence[JobRuntime], failed: Failed, *, loaded: bool) -> None:

@@ -21,9 +21,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from shardcron import election, healing, membership, registration, sharding, stopmark
+from shardcron import deregistration, election, healing, membership, registration, sharding
 from shardcron.errors import (
-    RegistryError,
     ShardcronError,
     TransactionError,
 )
@@ -101,6 +100,7 @@ class JobRuntime:
         missed: MissedFires | None = None,
         repeated: RepeatedLines | None = None,
         joins: sharding.Joins | None = None,
+        departures: deregistration.Departures | None = None,
     ) -> None:
         self.config = config
         self.paths = JobPaths(config.job_name)
@@ -117,6 +117,7 @@ class JobRuntime:
         self.missed = missed or MissedFires()  # shared by the process's jobs, as commits
         self.repeated = repeated or RepeatedLines()  # likewise
         self.joins = joins or sharding.Joins()  # likewise
+        self.departures = departures or deregistration.Departures(registry, host)  # likewise
         self.on_detach = on_detach
         self.observers = observers if observers is not None else []  # the scheduler's list
         self.listeners = ordered(listeners or [])
@@ -149,6 +150,8 @@ class JobRuntime:
         self.reshard_due = False
         self.resharder = sharding.Resharder(self)
         self._deregistered = False
+        self.gone = IdleFlag()  # set once deregistered (or given up on): what a stop waits for
+        self.gone.clear()
         self.suspended = False
 
     @property
@@ -292,22 +295,33 @@ class JobRuntime:
 
     def begin_stop(self, operator: bool = False) -> None:
         """No new fires, no new claims; deregister once the items running here return."""
+        if self.stop_firing(operator):
+            self.deregister()
+
+    def stop_firing(self, operator: bool = False) -> bool:
+        """No new fires, no new claims; True if it stopped now with no item running here
+        (deregister it: alone, or with others, :mod:`shardcron.deregistration`)."""
         if self.stopped:
-            return
+            return False
         self.stopped = True
         self._operator_stop = operator
         self.firing.stop()
-        if not self.firing.busy:
-            self.deregister()
+        return not self.firing.busy
 
     def deregister(self) -> None:
+        deregistration.deregister(self.registry, [self])
+
+    def leave(self) -> deregistration.Leaving | None:
+        """Deregistration begins: what to remove, or None if it has begun already."""
         if self._deregistered:
-            return
+            return None
         self._deregistered = True
-        # Unreachable, each request would fail only after its retries, job after job: the
-        # session's end removes this instance's nodes (the scheduler says so, once).
-        if self.registry.connected:
-            self._clean_up_registration()
+        if self._cache is not None and self.registry.connected and self.is_leader():
+            self.emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
+        return deregistration.Leaving(self.paths, self.instance, self._cache, self._operator_stop)
+
+    def left(self) -> None:
+        """Deregistration is over (done, or given up on): let go of everything."""
         for listener in self.listeners:
             unbind = getattr(listener, "unbind", None)
             if unbind is not None:
@@ -315,23 +329,9 @@ class JobRuntime:
         if self._cache is not None:
             self._cache.close()
         self.idle.set()
+        self.gone.set()
         if self._operator_stop:
             self.on_detach(self)
-
-    def _clean_up_registration(self) -> None:
-        try:
-            if not self._operator_stop:
-                self.registry.delete(self.paths.instance(self.instance))
-            # Every completion is applied (the job is not busy): no claim needs it.
-            self.registry.delete(self.paths.lease(self.instance))
-            if self._cache is not None and self.is_leader():
-                self.emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))
-            election.abdicate(self.registry, self.paths)
-            sharding.release_processing(self.registry, self.paths)
-            if self._cache is not None:  # not "CRASHED"
-                stopmark.mark_stopped(self.registry, self._cache, self.name, self.instance)
-        except RegistryError as exc:
-            log.warning("job %s: could not deregister cleanly: %s", self.name, exc)
 
     # -- reacting to the registry -------------------------------------------------------
 

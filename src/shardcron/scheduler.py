@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from shardcron import healing, plugins, sharding
+from shardcron import deregistration, healing, plugins, sharding
 from shardcron.claimlead import ClaimLead
 from shardcron.dump import DumpServer
 from shardcron.errorhandlers import make_error_handler
@@ -68,6 +68,9 @@ T = TypeVar("T")
 # docs/performance.md (twelfth session) and docs/deployment.md.
 GC_YOUNG_PER_JOB = 10
 GC_YOUNG_THRESHOLD = 50_000  # the most, by default (reached at 5,000 jobs)
+# After the grace, how long a stop with nothing running waits for its jobs to deregister
+# (deregistration gives up by itself sooner unless the registry stops answering).
+DEREGISTER_SECONDS = 30.0
 
 
 def workers_for(config: JobConfig) -> int:
@@ -131,6 +134,7 @@ class Scheduler:
         )
         self._coordinator: EventThread | None = None
         self._commits = GroupCommit(self.registry, self)
+        self._departures = deregistration.Departures(self.registry, self)
         # Shared by the process's jobs, as their claims are: see claimlead.
         self._lead = ClaimLead(lambda: len(self.runtimes), time.time)
         self._relead_due = False
@@ -266,6 +270,7 @@ class Scheduler:
                 listeners=listeners,
                 error_handler=error_handler,
                 commits=self._commits,
+                departures=self._departures,
                 missed=self._missed,
                 repeated=self._repeated,
                 joins=self._joins,
@@ -312,14 +317,14 @@ class Scheduler:
         # The timer keeps running until the close: completions still go out through it.
         runtimes = list(self.runtimes.values())
         stopping = threading.Event()
-        for runtime in runtimes:
-            self.coordinate(runtime.begin_stop)
-        self.coordinate(stopping.set)  # idle means something only once no fire can start
+        self.coordinate(lambda: self._departures.stop(runtimes))
+        self.coordinate(stopping.set)  # gone means something only once no fire can start
         deadline = time.monotonic() + grace
         stopping.wait(grace)
         for runtime in runtimes:
-            runtime.idle.wait(max(0.0, deadline - time.monotonic()))
-        still = {rt.name: rt.running_items for rt in runtimes if not rt.idle.is_set()}
+            runtime.gone.wait(max(0.0, deadline - time.monotonic()))
+        leaving = [rt for rt in runtimes if not rt.gone.is_set()]
+        still = {rt.name: items for rt in leaving if (items := rt.running_items)}
         if still:
             log.warning(
                 "items still running after %.0fs: %s; their claims stay until they return",
@@ -327,15 +332,20 @@ class Scheduler:
                 some([f"{job} {items}" for job, items in sorted(still.items())], "; "),
             )
             threading.Thread(
-                target=self._close_when_idle, args=(runtimes,), name="shardcron-stop", daemon=True
+                target=self._close_when_gone, args=(runtimes,), name="shardcron-stop", daemon=True
             ).start()
-        else:
-            self._close()
+            return still
+        # Nothing runs: what is left is deregistering (a request away), or stuck on a
+        # registry that stopped answering, whose session's end does the same.
+        deadline = time.monotonic() + DEREGISTER_SECONDS
+        for runtime in leaving:
+            runtime.gone.wait(max(0.0, deadline - time.monotonic()))
+        self._close()
         return still
 
-    def _close_when_idle(self, runtimes: list[JobRuntime]) -> None:
+    def _close_when_gone(self, runtimes: list[JobRuntime]) -> None:
         for runtime in runtimes:
-            runtime.idle.wait()
+            runtime.gone.wait()
         self._close()
 
     def _close(self) -> None:

@@ -124,13 +124,6 @@ def set_flag(registry: Registry, paths: JobPaths) -> None:
         registry.create(paths.sharding_necessary)
 
 
-def release_processing(registry: Registry, paths: JobPaths) -> None:
-    """Delete ``processing`` if this session holds it (a resharding a fault cut short)."""
-    stat = registry.stat(paths.sharding_processing)
-    if stat is not None and stat.ephemeral_owner == registry.session_id:
-        registry.delete(paths.sharding_processing)
-
-
 def owner(cache: TreeCache, paths: JobPaths, item: int) -> str | None:
     value = cache.get(paths.item_instance(item))
     return value.decode() if value else None

@@ -94,6 +94,7 @@ class Check:
 Op = Create | SetData | Delete | Check
 # A committed op's result: the created path, the new Stat of a SetData, or None.
 OpResult = str | Stat | None
+Node = tuple[bytes, Stat]  # a node's value and stat (Registry.get_with_stats)
 # What a transaction sent without waiting comes back as: its results, or the error
 # ``transaction`` would have raised.
 Answer = list[OpResult] | RegistryError
@@ -143,6 +144,16 @@ def fitting(groups: Iterable[Sequence[Op]], prefix: int, max_ops: float = float(
             return count
         count += 1
     return count
+
+
+def group_of(groups: Iterable[Sequence[Op]], index: int) -> int:
+    """Which of ``groups``, joined in one transaction, holds its op ``index`` (the op a
+    :class:`~shardcron.errors.TransactionError` names)."""
+    for n, group in enumerate(groups):
+        if index < len(group):
+            return n
+        index -= len(group)
+    return n
 
 
 class TreeCache(Protocol):
@@ -215,6 +226,12 @@ class Registry(Protocol):
         ...
 
     def stat(self, path: str) -> Stat | None: ...
+    def get_with_stats(self, paths: Sequence[str]) -> list[Node | None]:
+        """The value and stat of each of ``paths`` (None where there is no node), read
+        together: on ZooKeeper, multiRead requests of thousands of reads each, all sent
+        before the first answer is awaited. Not one consistent snapshot: write at the
+        versions read to find out that a node changed since."""
+        ...
 
     def children(self, path: str) -> list[str]:
         """Child names, sorted; ``[]`` if the node does not exist."""

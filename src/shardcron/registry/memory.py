@@ -30,6 +30,7 @@ from shardcron.registry import (
     Check,
     Create,
     Delete,
+    Node,
     NodeListener,
     Op,
     OpResult,
@@ -158,6 +159,14 @@ class MemoryRegistry:
         def read() -> Stat | None:
             node = self.server._nodes.get(self._full(path))
             return None if node is None else node.stat()
+
+        return self._run(read)  # type: ignore[return-value]
+
+    def get_with_stats(self, paths: Sequence[str]) -> list[Node | None]:
+        def read() -> list[Node | None]:
+            nodes = self.server._nodes
+            found = [nodes.get(self._full(path)) for path in paths]
+            return [None if node is None else (node.data, node.stat()) for node in found]
 
         return self._run(read)  # type: ignore[return-value]
 

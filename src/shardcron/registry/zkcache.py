@@ -170,19 +170,23 @@ class ZooKeeperCaches:
         if again:
             self.queue_changes(again)
 
-    def _read_many(self, reads: list[tuple[int, str]]) -> list[bytes | list[str] | int]:
+    def read_many(
+        self, reads: list[tuple[int, str]], request: type[zkwire.MultiRead] = zkwire.MultiRead
+    ) -> list[Any]:
         """Reads (kind, path) in multiRead requests, all sent before any answer is awaited.
         Errors come back as ZooKeeper's codes; any but "no node" raises."""
-        return self._collect(reads, self._send_reads(reads))
+        return self._collect(reads, self._send_reads(reads, request))
 
-    def _send_reads(self, reads: list[tuple[int, str]]) -> list[Any]:
+    def _send_reads(
+        self, reads: list[tuple[int, str]], request: type[zkwire.MultiRead] = zkwire.MultiRead
+    ) -> list[Any]:
         client = self.client
         pending = []
         with kazoo_errors(f"read {len(reads)} nodes"):
             for i in range(0, len(reads), MAX_READS_PER_REQUEST):
                 chunk = reads[i : i + MAX_READS_PER_REQUEST]
                 answer = client.handler.async_result()
-                client._call(zkwire.MultiRead([(kind, self.full(p)) for kind, p in chunk]), answer)
+                client._call(request([(kind, self.full(p)) for kind, p in chunk]), answer)
                 pending.append(answer)
         return pending
 
@@ -222,7 +226,7 @@ class ZooKeeperCaches:
                 reads.append((k, zkwire.GET_CHILDREN, path))
                 if not caches[k].tree.skip_data(path):
                     reads.append((k, zkwire.GET_DATA, path))
-            results = self._read_many([(kind, path) for _, kind, path in reads])
+            results = self.read_many([(kind, path) for _, kind, path in reads])
             level = []
             for (k, _kind, path), result in zip(reads, results, strict=True):
                 if isinstance(result, int):  # no node: gone (or not there yet)

@@ -3,7 +3,8 @@ transactions built without kazoo's per-op checks, buffered reads, and kazoo's er
 shardcron's terms.
 
 * :class:`AddWatch` (opcode 106) arms a persistent recursive watch; :class:`MultiRead`
-  (opcode 22, ZooKeeper 3.6+) sends many reads in one request.
+  (opcode 22, ZooKeeper 3.6+) sends many reads in one request (:class:`MultiReadStats`
+  keeps each value's stat).
 * :func:`transaction` builds a multi-op from shardcron's ops directly: kazoo's
   ``TransactionRequest`` type-checks and normalises every path, which costs more than
   the request itself at a thousand ops a tick.
@@ -135,6 +136,7 @@ class MultiRead(namedtuple("MultiRead", "ops")):
     are bytes (data), a list (children) or an int (error)."""
 
     type = 22
+    with_stats = False
 
     def serialize(self) -> bytearray:
         b = bytearray()
@@ -155,8 +157,13 @@ class MultiRead(namedtuple("MultiRead", "ops")):
                 return results
             if kind == GET_DATA:
                 data, offset = read_buffer(buffer, offset)
+                value = b"" if data is None else bytes(data)
+                if cls.with_stats:
+                    stat = ZnodeStat._make(stat_struct.unpack_from(buffer, offset))
+                    results.append((value, stat))  # type: ignore[arg-type]
+                else:
+                    results.append(value)
                 offset += stat_struct.size
-                results.append(b"" if data is None else bytes(data))
             elif kind == GET_CHILDREN:
                 count = int_struct.unpack_from(buffer, offset)[0]
                 offset += int_struct.size
@@ -168,6 +175,13 @@ class MultiRead(namedtuple("MultiRead", "ops")):
             else:  # an error result
                 results.append(int_struct.unpack_from(buffer, offset)[0])
                 offset += int_struct.size
+
+
+class MultiReadStats(MultiRead):
+    """A :class:`MultiRead` whose getData results come with the node's stat, as
+    ``(data, ZnodeStat)``: a version to write at, an ephemeral owner to compare."""
+
+    with_stats = True
 
 
 _CREATE, _DELETE, _SET_DATA, _CHECK = (

@@ -30,6 +30,7 @@ from shardcron.errors import (
 from shardcron.registry import (
     Answer,
     CacheSpec,
+    Node,
     NodeListener,
     Op,
     OpResult,
@@ -272,6 +273,11 @@ class ZooKeeperRegistry:
         with _errors(f"stat {path}"):
             zstat = self.client.retry(self.client.exists, path)
             return None if zstat is None else _stat(zstat)
+
+    def get_with_stats(self, paths: Sequence[str]) -> list[Node | None]:
+        reads = [(zkwire.GET_DATA, path) for path in paths]
+        results = self._caches.read_many(reads, zkwire.MultiReadStats)
+        return [None if isinstance(r, int) else (r[0], _stat(r[1])) for r in results]
 
     def children(self, path: str) -> list[str]:
         with _errors(f"children of {path}"):

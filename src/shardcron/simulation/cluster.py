@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardcron.claimlead import ClaimLead
+from shardcron.deregistration import Departures
 from shardcron.errors import NodeExistsError
 from shardcron.groupcommit import GroupCommit
 from shardcron.jobconfig import JobConfig
@@ -70,6 +71,7 @@ class Member:
     registry: FaultyRegistry
     runtimes: dict[str, JobRuntime] = field(default_factory=dict)
     lead: ClaimLead | None = None  # the process's, as a Scheduler's: learned from its claims
+    departures: Departures | None = None  # the process's, as a Scheduler's
     long_items: bool = False  # the next items it starts outlast the stop grace
 
 
@@ -121,6 +123,7 @@ class Cluster:
         member.registry.add_session_listener(lambda state: self._route(member, state))
         member.registry.start()
         commits = GroupCommit(member.registry, host)
+        departures = member.departures = Departures(member.registry, host)
         lead = member.lead = ClaimLead(lambda: len(self.jobs), lambda: self.world.now)
         for job in self.jobs:
             runtime = JobRuntime(
@@ -136,6 +139,7 @@ class Cluster:
                 on_detach=lambda rt, m=member: m.runtimes.pop(rt.name, None),  # type: ignore[misc]
                 observers=[self.ledger.observe],
                 commits=commits,
+                departures=departures,
             )
             member.runtimes[job.name] = runtime
             runtime.start()
@@ -378,13 +382,14 @@ class Cluster:
         if member.node.phase is not Phase.UP:
             return
         self.ledger.action("graceful-stop", member.name)
-        for runtime in list(member.runtimes.values()):
-            member.host.coordinate(runtime.begin_stop)
+        runtimes, departures = list(member.runtimes.values()), member.departures
+        assert departures is not None, "a member that is up has started"
+        member.host.coordinate(lambda: departures.stop(runtimes))
 
         def deadline() -> None:
             if member.node.phase is not Phase.UP:
                 return
-            if any(not rt.idle.is_set() for rt in member.runtimes.values()):
+            if any(rt.running_items for rt in member.runtimes.values() if not rt.gone.is_set()):
                 self.crash(member, "grace over, exit 3")
                 return
             self.ledger.note(f"{member.name} exits cleanly")

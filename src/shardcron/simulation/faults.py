@@ -30,6 +30,7 @@ from shardcron.registry import (
     Create,
     Delete,
     Lock,
+    Node,
     NodeListener,
     Op,
     OpResult,
@@ -210,6 +211,10 @@ class FaultyRegistry:
 
     def stat(self, path: str) -> Stat | None:
         return self._call("stat", [Check(path)], lambda: self.inner.stat(path))
+
+    def get_with_stats(self, paths: Sequence[str]) -> list[Node | None]:
+        checks = [Check(path) for path in paths]
+        return self._call("get_with_stats", checks, lambda: self.inner.get_with_stats(paths))
 
     def children(self, path: str) -> list[str]:
         return self._call("children", [Check(path)], lambda: self.inner.children(path))
