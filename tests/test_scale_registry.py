@@ -32,6 +32,7 @@ from shardcron.registry import (
 )
 from shardcron.registry.cache import CacheIndex, is_below
 from shardcron.registry.memory import MemoryRegistry
+from shardcron.registry.zkwire import MultiRead
 from shardcron.registry.zookeeper import ZooKeeperRegistry
 from shardcron.scheduler import Scheduler
 from shardcron.simulation.cluster import Cluster, JobSpec
@@ -459,10 +460,10 @@ def test_notifications_keep_flowing_while_a_read_waits_for_kazoos_thread(
     def hold() -> None:
         gate.wait(20)
 
-    def send_reads(reads: list[tuple[int, str]]) -> list[Any]:
+    def send_reads(reads: list[tuple[int, str]], request: type[MultiRead] = MultiRead) -> list[Any]:
         sending.set()
         queued.wait(20)  # as kazoo's pipe: free once kazoo's thread moves on
-        return original_send(reads)
+        return original_send(reads, request)
 
     try:
         writer.create("/t")
