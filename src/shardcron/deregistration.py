@@ -14,10 +14,11 @@ job's ``stopped`` list (:mod:`shardcron.stopmark`). For many jobs at once:
    to :data:`shardcron.registry.MAX_TRANSACTION_BYTES` (a job's ops are never split);
 3. a transaction the registry refuses applied nothing: something changed since the read
    (most often another instance stopping the same jobs rewrote a ``stopped`` list). Its
-   jobs and the ones after it are read and planned again after a moment's jitter, until
-   a round makes no progress for :data:`DEADLINE_SECONDS`. A transaction whose outcome is
-   unknown (a lost connection) is not retried: what did not go through goes with the
-   session anyway, except the stop mark, and the jobs then show CRASHED, as after a crash.
+   jobs are read and planned again after a moment's jitter, the one whose op was refused
+   in a transaction of its own, until no job has left for :data:`DEADLINE_SECONDS`. A
+   transaction whose outcome is unknown (a lost connection) is not retried: what did not
+   go through goes with the session anyway, except the stop mark, and those jobs show
+   CRASHED, as after a crash.
 
 One request at a time, as it was before, a stop cost up to nine round trips per job: a
 worker of 5,000 jobs took 35 s to stop on ZooKeeper, and one of 10,000 longer than the
@@ -144,19 +145,17 @@ def deregister(registry: Registry, runtimes: Sequence[JobRuntime]) -> None:
 
 
 def remove(registry: Registry, leaving: Sequence[Leaving]) -> None:
-    """Steps 1 to 3 of the module docstring; a failure is logged, never raised. A job
-    whose op a transaction refused goes alone in the next round, so that a job refused
-    again and again holds up no other."""
+    """Steps 1 to 3 of the module docstring; a failure is logged, never raised."""
     pending, alone, progress = list(leaving), set[Leaving](), time.monotonic()
     prefix = prefix_bytes(registry)
     while pending:
+        pending.sort(key=lambda job: job not in alone)
         try:
             nodes = registry.get_with_stats([path for job in pending for path in job.reads()])
         except RegistryError as exc:
             _gave_up(pending, exc)
             return
-        width, session = len(nodes) // len(pending), registry.session_id
-        pending.sort(key=lambda job: job not in alone)
+        width, session = len(nodes) // len(pending), registry.session_id  # reads per job
         plans = [
             (job, ops)
             for k, job in enumerate(pending)
@@ -169,8 +168,7 @@ def remove(registry: Registry, leaving: Sequence[Leaving]) -> None:
                 registry.transaction([op for _, ops in plans[:count] for op in ops])
             except TransactionError as exc:  # applied nothing: read again
                 alone.add(plans[group_of((ops for _, ops in plans), exc.index)][0])
-                pending = [job for job, _ in plans]
-                break
+                pending += [job for job, _ in plans[:count]]
             except RegistryError as exc:
                 _gave_up([job for job, _ in plans[:count]], exc)
             else:
