@@ -23,6 +23,7 @@ from shardcron.paths import JobPaths
 from shardcron.registry import (
     MAX_TRANSACTION_BYTES,
     Create,
+    Node,
     Op,
     OpResult,
     SetData,
@@ -251,33 +252,62 @@ def test_a_worker_of_many_jobs_deregisters_them_in_a_few_requests(
 def test_two_workers_stopping_the_same_jobs_at_once_both_record_their_clean_stop(
     zookeeper: ZooKeeperServer,
 ) -> None:
-    """Both rewrite every job's ``stopped`` list at once, each at the version it read: the
-    one refused reads again, so that no job shows CRASHED after a clean stop of all."""
+    """Both read every job's ``stopped`` list before either writes it: each writes at the
+    version it read, the one refused reads again, so that no job shows CRASHED after a
+    clean stop of all."""
     jobs, namespace = 30, unique_namespace("stops")
-    url = f"zk://{zookeeper.connect_string}/{namespace}"
-    first, second = Scheduler(url, instance_id=A), Scheduler(url, instance_id=B)
+    both_read = threading.Barrier(2, timeout=20)
+
+    class ReadTogether(ZooKeeperRegistry):
+        waited = False
+
+        def get_with_stats(self, paths: Sequence[str]) -> list[Node | None]:
+            found = super().get_with_stats(paths)
+            if not self.waited:  # the first read of its stop
+                self.waited = True
+                both_read.wait()
+            return found
+
+    first, second = (
+        Scheduler(ReadTogether(zk_config(zookeeper, namespace)), instance_id=instance)
+        for instance in (A, B)
+    )
     for scheduler in (first, second):
         _jobs(scheduler, jobs)
         scheduler.start()
-    for n in range(jobs):  # the first fire writes the layout: both own an item of each
-        first.trigger(f"job{n}")
-    wait_until(
-        lambda: all(
-            {
+    fired: dict[int, float] = {}
+
+    def laid_out_for_both() -> bool:
+        """A fire of the leader (``first``, registered first) writes a job's layout, one
+        with both owners once its cache has seen ``second`` join: fire (once a second)
+        until it has."""
+        missing = [
+            n
+            for n in range(jobs)
+            if {
                 first.runtimes[f"job{n}"].cache.get(JobPaths(f"job{n}").item_instance(i))
                 for i in (0, 1)
             }
-            == {A.encode(), B.encode()}
-            for n in range(jobs)
-        ),
-        timeout=30,
-        what="every layout",
-    )
-    stoppers = [threading.Thread(target=s.stop, kwargs={"grace": 5}) for s in (first, second)]
-    for stopper in stoppers:
-        stopper.start()
-    for stopper in stoppers:
-        stopper.join(60)
+            != {A.encode(), B.encode()}
+        ]
+        for n in missing:
+            if time.monotonic() - fired.get(n, 0.0) > 1.0:
+                fired[n] = time.monotonic()
+                first.trigger(f"job{n}")
+        return not missing
+
+    try:
+        wait_until(laid_out_for_both, timeout=30, what="every layout")
+        for n in range(jobs):  # left by an earlier stop of C, which owns no item any more
+            first.registry.put(JobPaths(f"job{n}").stopped, C.encode())
+        stoppers = [threading.Thread(target=s.stop, kwargs={"grace": 5}) for s in (first, second)]
+        for stopper in stoppers:
+            stopper.start()
+        for stopper in stoppers:
+            stopper.join(60)
+    finally:
+        first.stop(grace=0)  # returns at once if stopped already
+        second.stop(grace=0)
     reader = ZooKeeperRegistry(zk_config(zookeeper, namespace))
     reader.start()
     try:
