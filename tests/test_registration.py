@@ -11,7 +11,7 @@ import pytest
 from shardcron.config import JobConfig
 from shardcron.errors import ConnectionLostError
 from shardcron.paths import JobPaths, job_of
-from shardcron.registry import Op, OpResult
+from shardcron.registry import Create, Op, OpResult
 from shardcron.registry.memory import MemoryRegistry, MemoryServer
 from shardcron.runtime import needs_value
 from shardcron.scheduler import Scheduler
@@ -32,7 +32,9 @@ class Recording(MemoryRegistry):
         self.before_group: Callable[[Sequence[Op]], list[OpResult] | None] | None = None
 
     def transaction(self, ops: Sequence[Op]) -> list[OpResult]:
-        registering = {job_of(op.path) for op in ops if "/instances/" in op.path}
+        registering = {
+            job_of(op.path) for op in ops if isinstance(op, Create) and "/instances/" in op.path
+        }  # not a stop's, which deletes them
         if len(registering) > 1:
             self.groups.append(len(ops))
             hook, self.before_group = self.before_group, None
