@@ -1,4 +1,5 @@
-"""Whether any item of a job runs on this instance: what a stop waits for."""
+"""What a stop waits for, per job: no item of it running on this instance (idle), then
+its registration removed (gone)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ _IDLE_CHANGED = threading.Condition()
 
 
 class IdleFlag:
-    """Set while no item of a job runs here; its users treat it as a
-    :class:`threading.Event` (``is_set``, ``set``, ``clear``, ``wait``)."""
+    """One job's flag (set while no item of it runs here, or once it is gone); its users
+    treat it as a :class:`threading.Event` (``is_set``, ``set``, ``clear``, ``wait``)."""
 
     __slots__ = ("_set",)
 
-    def __init__(self) -> None:
-        self._set = True
+    def __init__(self, is_set: bool = True) -> None:
+        self._set = is_set
 
     def is_set(self) -> bool:
         return self._set

@@ -150,8 +150,8 @@ class JobRuntime:
         self.reshard_due = False
         self.resharder = sharding.Resharder(self)
         self._deregistered = False
-        self.gone = IdleFlag()  # set once deregistered (or given up on): what a stop waits for
-        self.gone.clear()
+        # Set once deregistered (or given up on): what a stop waits for.
+        self.gone = IdleFlag(is_set=False)
         self.suspended = False
 
     @property
