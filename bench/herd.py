@@ -349,6 +349,19 @@ def table(outcome: Outcome) -> Table:
         verdict = f"{MISSED}: {outcome.registered:,}/{plan.jobs:,} in {plan.register_cap:g} s"
         registered = f"not reached in {plan.register_cap:g} s"
     result.add("registration", registered, "–", "–", "–", "–", "–", verdict)
+    for herd in outcome.herds:
+        late = herd.lateness
+        limits = " / ".join(str(herd.allowance(i)) for i in INSTANCES)
+        result.add(
+            "first herd after registration (first layouts)" if herd.first else "next herd (steady)",
+            "–",
+            f"{herd.runs:,}/{herd.expected:,} ({herd.runs / herd.expected:.1%})",
+            f"{ms(late.p50)} / {ms(late.p99)} / {ms(late.max)}",
+            _per_instance(herd.own) + ("" if herd.first else f" (limit {limits})"),
+            _per_instance(herd.packets),
+            " / ".join(num(cpu, 1) for cpu in herd.worker_cpu) + f" / {num(herd.zk_cpu, 1)}",
+            _judge(herd),
+        )
     stop = (
         f"both exited in {outcome.stopped_in:.1f} s"
         if not outcome.killed
@@ -364,19 +377,6 @@ def table(outcome: Outcome) -> Table:
         "–",
         "no target",
     )
-    for herd in outcome.herds:
-        late = herd.lateness
-        limits = " / ".join(str(herd.allowance(i)) for i in INSTANCES)
-        result.add(
-            "first herd after registration (first layouts)" if herd.first else "next herd (steady)",
-            "–",
-            f"{herd.runs:,}/{herd.expected:,} ({herd.runs / herd.expected:.1%})",
-            f"{ms(late.p50)} / {ms(late.p99)} / {ms(late.max)}",
-            _per_instance(herd.own) + ("" if herd.first else f" (limit {limits})"),
-            _per_instance(herd.packets),
-            " / ".join(num(cpu, 1) for cpu in herd.worker_cpu) + f" / {num(herd.zk_cpu, 1)}",
-            _judge(herd),
-        )
     result.notes += [
         (
             f"Cron `{outcome.cron}` (one herd every {plan.interval} s, none in the first "
@@ -395,6 +395,11 @@ def table(outcome: Outcome) -> Table:
             f"Chunks: one claim and one completion request per {ITEMS_PER_CHUNK:,} "
             "item-fires of the instance (limit 2 × ⌈item-fires / 1,000⌉), judged on the "
             "steady herd only."
+        ),
+        (
+            "Graceful stop: half an interval after the herd that follows the steady one, "
+            "SIGTERM to both workers at once; recorded = the job's `stopped` list names "
+            f"both workers (it shows STOPPED, not CRASHED); killed after {STOP_CAP_SECONDS:g} s."
         ),
     ]
     return result
