@@ -150,6 +150,7 @@ class MultiRead(namedtuple("MultiRead", "ops")):
     @classmethod
     def deserialize(cls, buffer: bytes, offset: int) -> list[bytes | list[str] | int]:
         results: list[bytes | list[str] | int] = []
+        with_stats = cls.with_stats
         while True:
             kind, done, _err = multiheader_struct.unpack_from(buffer, offset)
             offset += multiheader_struct.size
@@ -158,7 +159,7 @@ class MultiRead(namedtuple("MultiRead", "ops")):
             if kind == GET_DATA:
                 data, offset = read_buffer(buffer, offset)
                 value = b"" if data is None else bytes(data)
-                if cls.with_stats:
+                if with_stats:
                     stat = ZnodeStat._make(stat_struct.unpack_from(buffer, offset))
                     results.append((value, stat))  # type: ignore[arg-type]
                 else:

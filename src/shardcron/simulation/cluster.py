@@ -389,7 +389,7 @@ class Cluster:
         def deadline() -> None:
             if member.node.phase is not Phase.UP:
                 return
-            if any(rt.running_items for rt in member.runtimes.values() if not rt.gone.is_set()):
+            if any(rt.running_items for rt in member.runtimes.values()):
                 self.crash(member, "grace over, exit 3")
                 return
             self.ledger.note(f"{member.name} exits cleanly")
