@@ -173,17 +173,19 @@ def test_crash_of_an_instance_running_failover_items(
         survivor = C if rescuer == A else A
         w.workers[rescuer].kill()  # dies while running a failover item
         killed_again = time.time()
-        # Lost now: everything the rescuer was running (its own items and B's), and B's
-        # items the survivor had not taken over yet.
-        survivor_took = {
-            r.item
-            for r in w.runs(unfinished=True)
-            if r.instance == survivor and r.source == "FAILOVER" and r.start > killed
-        }
-        lost = {r.item for r in w.interrupted() if r.instance == rescuer} | (lost_b - survivor_took)
+        # Lost now: everything the rescuer was running (its own items and B's), taken over
+        # after its death; B's other items, taken over since B's (the survivor may have
+        # started one a moment before the rescuer died, its ledger line not read yet).
+        lost = {r.item for r in w.interrupted() if r.instance == rescuer}
         assert first.item in lost
+
+        def every_item_taken() -> dict[int, Run] | None:
+            again = all_taken(w, lost, killed_again)
+            rest = all_taken(w, lost_b - lost, killed)
+            return None if again is None or rest is None else {**rest, **again}
+
         taken = wait_until(
-            lambda: all_taken(w, lost, killed_again),
+            every_item_taken,
             timeout=SESSION + 5,
             what="the survivor to take over every interrupted item",
         )
