@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from shardcron.startsfirst import HOLD_SECONDS, StartsFirst
+from shardcron.startsfirst import HOLD_SECONDS, MAX_HOLD_SECONDS, StartsFirst, hold_for
 
 
 class Coordinator:
@@ -70,6 +70,44 @@ def test_ends_are_held_no_longer_than_the_hold() -> None:
     starts.started()  # the last item starts later: nothing left to release
     coordinator.run()
     assert ended == ["a", "b"]
+
+
+def test_the_hold_is_half_the_time_to_the_next_claim_within_bounds() -> None:
+    """An every-second job claims again half a second after its second at the earliest:
+    its held end must still complete before that. A herd due every 20 s, claimed 4 s
+    ahead, may keep its ends until its last item has started, up to the most."""
+    assert hold_for(100.0, 100.5) == HOLD_SECONDS == 0.25
+    assert hold_for(100.0, 100.1) == HOLD_SECONDS  # never shorter than the least
+    assert hold_for(100.0, 100.8) == pytest.approx(0.4)
+    assert hold_for(100.0, 116.0) == MAX_HOLD_SECONDS == 1.0
+    assert hold_for(100.0, None) == MAX_HOLD_SECONDS  # no next fire
+
+
+def test_ends_and_the_collector_wait_for_the_hold_of_the_hand_over() -> None:
+    starts, coordinator, ended = starts_first()
+    starts.handed(2, hold=1.0)
+    starts.started()
+    starts.ended(lambda: ended.append("a"))
+    [(collector, _), (ends, release)] = coordinator.timers
+    assert collector == ends == 1.0
+    release()
+    assert ended == ["a"]
+
+
+def test_a_hand_over_that_claims_sooner_shortens_the_hold() -> None:
+    """Items of every-second jobs handed over while a herd of slower jobs still starts:
+    the ends are held no longer than the every-second jobs allow."""
+    starts, coordinator, _ = starts_first()
+    starts.handed(2, hold=1.0)
+    starts.handed(1, hold=HOLD_SECONDS)
+    starts.started()
+    starts.ended(lambda: None)
+    assert coordinator.timers[-1][0] == HOLD_SECONDS
+    for _ in range(2):
+        starts.started()  # all started: the next hand-over has its own hold
+    starts.handed(1, hold=1.0)
+    starts.ended(lambda: None)
+    assert coordinator.timers[-1][0] == 1.0
 
 
 def test_an_end_that_fails_does_not_lose_the_others() -> None:

@@ -68,10 +68,15 @@ class Host(Protocol):
         ...
 
     def execute_at(
-        self, when: float, works: Sequence[Callable[[], T]], then: Callable[[T], None]
+        self,
+        when: float,
+        works: Sequence[Callable[[], T]],
+        then: Callable[[T], None],
+        next_claim: float | None,
     ) -> None:
         """:meth:`execute` for each of ``works``, handed to workers at ``when`` (epoch
-        seconds) by the timer itself, not by the coordinator."""
+        seconds) by the timer itself, not by the coordinator. ``next_claim``: when the
+        job claims its next fire, which should find this one completed (None: never)."""
         ...
 
     @property
@@ -112,6 +117,7 @@ class Fire:
     source: ExecutionSource
     session: int
     when: float = 0.0  # the second it fires for
+    next_claim: float | None = None  # when its job claims again, if it will
     context: FireContext | None = None
     errors: dict[int, BaseException] = field(default_factory=dict)
     waiting: deque[ShardingContext] = field(default_factory=deque)
@@ -203,7 +209,9 @@ class FirePath:
             ctx = fire.waiting.popleft()
             starts.append(lambda ctx=ctx: self._start_lane(fire, ctx))  # type: ignore[misc]
         fire.active = len(starts)
-        self.host.execute_at(at, starts, lambda done: self._staged_lane_done(fire, done, lanes))
+        self.host.execute_at(
+            at, starts, lambda done: self._staged_lane_done(fire, done, lanes), fire.next_claim
+        )
 
     def _start_lane(self, fire: Fire, ctx: ShardingContext) -> Ran | None:
         """Work, on the second: the staged fire's first lane decides whether it starts

@@ -74,6 +74,13 @@ class FireTimer:
             ahead = max(0.0, claim_in - FIRST_LAYOUT_AHEAD_SECONDS)
             self.rt.host.call_later(ahead, self.firing.ask_layout_ahead)
 
+    def next_claim(self) -> float | None:
+        """When the armed fire claims its items (None: no fire armed)."""
+        if self._armed is None:
+            return None
+        when, _, lead = self._armed
+        return when - lead
+
     def relead(self) -> None:
         """The process's claim lead grew: the armed fire claims that much earlier, unless
         its lead is capped by the time since its last fire."""

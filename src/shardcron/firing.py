@@ -333,7 +333,8 @@ class Firing:
         self, items: list[int], source: ExecutionSource, when: float, trust_cache: bool = True
     ) -> None:
         claim = execution.Claim(items=list(items))
-        fire = Fire(items, claim, source, self.rt.registry.session_id, when)
+        session, next_claim = self.rt.registry.session_id, self.timer.next_claim()
+        fire = Fire(items, claim, source, session, when, next_claim)
         self.hold(fire)
         if not self.rt.config.monitor_execution:
             self._claimed(fire)

@@ -48,7 +48,7 @@ from shardcron.registry import Registry, SessionState, open_registry
 from shardcron.registry.cache import EventThread
 from shardcron.registryconfig import RegistryConfig
 from shardcron.runtime import ErrorHandler, JobRuntime
-from shardcron.startsfirst import StartsFirst
+from shardcron.startsfirst import StartsFirst, hold_for
 from shardcron.strategies import Strategy
 from shardcron.timers import Timers, logged
 from shardcron.tracing import open_tracer
@@ -145,7 +145,8 @@ class Scheduler:
         self._timers = Timers(self.coordinate)
         self._starts = StartsFirst(self.coordinate, self.call_later, gc_threshold is not None)
         self._staging = threading.Lock()
-        self._staged: dict[float, list[Callable[[], None]]] = {}  # by second, see execute_at
+        # By second: the hand-over's hold and its items (see execute_at).
+        self._staged: dict[float, tuple[float, list[Callable[[], None]]]] = {}
         self._started = False
         self._stopping = threading.Event()
         self._dump_port = dump_port
@@ -406,7 +407,11 @@ class Scheduler:
         self._pool.submit(self._worker_task(work, then))
 
     def execute_at(
-        self, when: float, works: Sequence[Callable[[], T]], then: Callable[[T], None]
+        self,
+        when: float,
+        works: Sequence[Callable[[], T]],
+        then: Callable[[T], None],
+        next_claim: float | None,
     ) -> None:
         def run(work: Callable[[], T]) -> None:
             self._starts.started()
@@ -414,17 +419,20 @@ class Scheduler:
             self._starts.ended(lambda: then(result))
 
         # Every fire staged for the same second goes to the pool in one hand-over, so
-        # that StartsFirst sees the herd's items as one.
+        # that StartsFirst sees the herd's items as one, held as its soonest claim needs.
+        hold = hold_for(when, next_claim)
         with self._staging:
             first = when not in self._staged
-            self._staged.setdefault(when, []).extend(functools.partial(run, work) for work in works)
+            held, tasks = self._staged.get(when, (hold, []))
+            tasks.extend(functools.partial(run, work) for work in works)
+            self._staged[when] = (min(hold, held), tasks)
         if first:
             self._timers.push(when, lambda: self._hand_over(when), on_timer=True)
 
     def _hand_over(self, when: float) -> None:  # on the timer thread
         with self._staging:
-            tasks = self._staged.pop(when)
-        self._starts.handed(len(tasks))
+            hold, tasks = self._staged.pop(when)
+        self._starts.handed(len(tasks), hold)
         for task in tasks:
             self._pool.submit(task)
 

@@ -9,18 +9,25 @@ later: on two workers of 10,000 jobs each, a steady herd's items started at p99
 0.38–0.62 s late in three runs, against 0.18–0.36 s in nine with the ends held.
 
 So while items handed over on a second have not all started, the ends of items are
-held, and go to the coordinator in one task when the last of them starts. They are
-never held longer than :data:`HOLD_SECONDS`: items waiting behind long-running ones in a
-busy pool must not keep the fires that ended from completing.
+held, and go to the coordinator in one task when the last of them starts. They are never
+held longer than the hand-over's *hold* (:func:`hold_for`): items waiting behind
+long-running ones in a busy pool must not keep the fires that ended from completing
+before their jobs' next claims. The hold is half the time from the second to the
+earliest next claim of the jobs handed over, within :data:`HOLD_SECONDS` and
+:data:`MAX_HOLD_SECONDS`: a quarter of a second for every-second jobs, a second for a
+herd due every 20 s. Ends released while a herd's items still start take the GIL from
+them, and the items left start slower: with a quarter second for every herd, a steady
+herd of 14,000 jobs on each of two workers started at p99 0.42-1.39 s late in five runs
+(median 0.70 s), and at 0.25-0.89 s (median 0.33 s) in four with a hold of a second.
 
 For the same window the cyclic garbage collector waits. A herd's fires are alive until
 they complete, so the young collections it sets off while its items start find nothing
 to free, and each stops every thread: on two workers of 10,000 jobs each, young
 collections of 30–110 ms ran every 100–200 ms of a herd's start, one or two of them
 before its last item started. Paused, the collector runs once the last item has started
-(or :data:`HOLD_SECONDS` after the hand-over, at the latest). A program that disabled
-the collector itself keeps it disabled; one that asked shardcron to leave the collector
-alone (``Scheduler(gc_threshold=None)``) gets no pause.
+(or the hold after the hand-over, at the latest). A program that disabled the collector
+itself keeps it disabled; one that asked shardcron to leave the collector alone
+(``Scheduler(gc_threshold=None)``) gets no pause.
 """
 
 from __future__ import annotations
@@ -32,10 +39,22 @@ from collections.abc import Callable
 from shardcron.timers import logged
 
 Report = Callable[[], None]  # runs on the coordinator: an item's end, to its fire
-# Half the shortest claim lead of an every-second job (half its interval): an item that
-# ends early in its second and is held this long still completes before its next claim.
-# A herd whose items take longer to start has its ends released in slices this long.
+# The least hold: an every-second job claims its next fire half a second after its
+# second at the earliest (its lead is at most half its interval); an item of it that ends
+# early in its second and is held this long still completes before that claim.
 HOLD_SECONDS = 0.25
+# The most: a herd of 10,000 items a worker starts in 0.2-0.3 s on a fast machine of the
+# bench's kind and in up to a second on the slowest. A herd whose items take longer to
+# start has its ends released in slices this long.
+MAX_HOLD_SECONDS = 1.0
+
+
+def hold_for(when: float, next_claim: float | None) -> float:
+    """How long after its second ``when`` a staged fire's end may be held: half the time
+    to its job's next claim (None: no next fire), within the bounds above."""
+    if next_claim is None:
+        return MAX_HOLD_SECONDS
+    return min(MAX_HOLD_SECONDS, max(HOLD_SECONDS, (next_claim - when) / 2))
 
 
 class StartsFirst:
@@ -52,23 +71,26 @@ class StartsFirst:
         self._call_later = call_later
         self._lock = threading.Lock()
         self._waiting = 0  # handed over, not yet started
+        self._hold = HOLD_SECONDS  # the shortest hold of the hand-overs still starting
         self._held: list[Report] = []
         self._paused = 0  # the hand-over that paused the collector, 0 if none did
         self._handovers = 0
 
-    def handed(self, count: int) -> None:
-        """The timer handed ``count`` items to the pool."""
+    def handed(self, count: int, hold: float = HOLD_SECONDS) -> None:
+        """The timer handed ``count`` items to the pool, whose ends may be held ``hold``
+        seconds (see :func:`hold_for`)."""
         with self._lock:
+            self._hold = hold if self._waiting == 0 else min(self._hold, hold)
             self._waiting += count
             if self._paused or not self._pause_collector or not gc.isenabled():
                 return
             gc.disable()
             self._handovers += 1
             self._paused = handover = self._handovers
-        self._call_later(HOLD_SECONDS, lambda: self._bound(handover))
+        self._call_later(hold, lambda: self._bound(handover))
 
     def _bound(self, handover: int) -> None:
-        """On the coordinator, :data:`HOLD_SECONDS` after ``handover``."""
+        """On the coordinator, the hold after ``handover``."""
         with self._lock:
             if self._paused == handover:
                 self._resume()
@@ -98,16 +120,16 @@ class StartsFirst:
             held = self._waiting > 0
             if held:
                 self._held.append(report)
-                first = len(self._held) == 1
+                first, hold = len(self._held) == 1, self._hold
         # Outside the lock: the timer thread takes it in handed() while it holds the
         # timer's own lock, which call_later takes.
         if not held:
             self._coordinate(report)
         elif first:
-            self._call_later(HOLD_SECONDS, self._release)
+            self._call_later(hold, self._release)
 
     def _release(self) -> None:
-        """On the coordinator, :data:`HOLD_SECONDS` after an end was first held."""
+        """On the coordinator, the hold after an end was first held."""
         with self._lock:
             held, self._held = self._held, []
         _run(held)

@@ -102,7 +102,11 @@ class SimHost:
         self.world.at(self.world.now + delay, fn, self.node)
 
     def execute_at(
-        self, when: float, works: Sequence[Callable[[], T]], then: Callable[[T], None]
+        self,
+        when: float,
+        works: Sequence[Callable[[], T]],
+        then: Callable[[T], None],
+        next_claim: float | None,
     ) -> None:
         def start() -> None:
             for work in works:
