@@ -52,7 +52,11 @@ class Coordinator:
         then(work())
 
     def execute_at(
-        self, when: float, works: Sequence[Callable[[], T]], then: Callable[[T], None]
+        self,
+        when: float,
+        works: Sequence[Callable[[], T]],
+        then: Callable[[T], None],
+        next_claim: float | None,
     ) -> None:
         self.later.extend(lambda work=work: then(work()) for work in works)  # type: ignore[misc]
 
