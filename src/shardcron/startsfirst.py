@@ -43,9 +43,9 @@ Report = Callable[[], None]  # runs on the coordinator: an item's end, to its fi
 # second at the earliest (its lead is at most half its interval); an item of it that ends
 # early in its second and is held this long still completes before that claim.
 HOLD_SECONDS = 0.25
-# The most: a herd of 10,000 items a worker starts in 0.2-0.3 s on a fast machine of the
-# bench's kind and in up to a second on the slowest. A herd whose items take longer to
-# start has its ends released in slices this long.
+# The most: a worker starts a herd of 10,000 items in 0.2-0.3 s on a fast machine of the
+# bench's kind and in 0.5-0.8 s on a slow one. A herd whose items take longer to start
+# has its ends released in slices this long.
 MAX_HOLD_SECONDS = 1.0
 
 
