@@ -18,7 +18,7 @@ earliest next claim of the jobs handed over, within :data:`HOLD_SECONDS` and
 herd due every 20 s. Ends released while a herd's items still start take the GIL from
 them, and the items left start slower: with a quarter second for every herd, a steady
 herd of 14,000 jobs on each of two workers started at p99 0.42-1.39 s late in five runs
-(median 0.70 s), and at 0.25-0.89 s (median 0.33 s) in four with a hold of a second.
+(median 0.70 s), and at 0.25-0.89 s (median 0.32 s) in four with a hold of a second.
 
 For the same window the cyclic garbage collector waits. A herd's fires are alive until
 they complete, so the young collections it sets off while its items start find nothing
