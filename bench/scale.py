@@ -174,6 +174,9 @@ def run(zk: BenchZooKeeper, tmp: Path, runs: Runs, quick: bool) -> list[Table]:
 
 TARGET_P99_RATIO_1000 = 1.5
 MIN_FIRES_RUN_5000 = 0.99
+# A worker's Python threads share one GIL: past this share of a core, its fires wait for
+# the interpreter, not for ZooKeeper or the other core.
+GIL_BOUND_PERCENT = 90.0
 
 
 def _judge(jobs: int, ours: ManyResult, base: ManyResult) -> tuple[str, str]:
@@ -199,6 +202,10 @@ def _judge(jobs: int, ours: ManyResult, base: ManyResult) -> tuple[str, str]:
         target = f"every job started, ≥ {MIN_FIRES_RUN_5000:.0%} of fires run"
         if ours.complete and not ours.fires_run >= MIN_FIRES_RUN_5000:
             problems.append(f"{ours.fires_run:.1%} of fires ran")
+            if ours.cpu_percent >= GIL_BOUND_PERCENT:
+                problems.append(
+                    f"the worker used {ours.cpu_percent:.0f} % of a core: bound by its GIL"
+                )
     if not base.complete:
         problems.append("no APScheduler baseline (it did not start)")
     return target, f"{MISSED}: " + "; ".join(problems) if problems else MET
@@ -206,6 +213,10 @@ def _judge(jobs: int, ours: ManyResult, base: ManyResult) -> tuple[str, str]:
 
 def _fires(result: ManyResult) -> str:
     return f"{result.fires_run:.1%}" if result.complete else "–"
+
+
+def _cpu(result: ManyResult) -> str:
+    return f"{result.cpu_percent:.0f}" if result.complete else "–"
 
 
 def targets(runs: Runs, counts: tuple[int, ...]) -> Table:
@@ -221,6 +232,7 @@ def targets(runs: Runs, counts: tuple[int, ...]) -> Table:
             "ratio p50",
             "p99 ms: shardcron / APScheduler",
             "ratio p99",
+            "CPU % of a core: shardcron / APScheduler",
             "target",
             "verdict",
         ],
@@ -241,11 +253,14 @@ def targets(runs: Runs, counts: tuple[int, ...]) -> Table:
             ratio(ours.lateness.p50, base.lateness.p50),
             f"{ms(ours.lateness.p99)} / {ms(base.lateness.p99)}",
             ratio(ours.lateness.p99, base.lateness.p99),
+            f"{_cpu(ours)} / {_cpu(base)}",
             target,
             outcome,
         )
     table.notes.append(
         "The same processes as 4a and 2b: one fresh process per engine and job count, "
-        "the lateness window after start-up and a warm-up."
+        "the lateness window after start-up and a warm-up. CPU: the process's user and "
+        "system time over the window; its Python threads share one GIL, so a worker near "
+        "100 % of a core runs no faster on more cores."
     )
     return table

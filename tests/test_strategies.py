@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -147,6 +148,24 @@ def test_round_robin_rotates_the_instance_list() -> None:
 def test_round_robin_single_item_moves_between_jobs() -> None:
     owners = {next(k for k, v in round_robin([S1, S2, S3], n, 1).items() if v) for n in "abc"}
     assert owners == {S1, S2, S3}
+
+
+def test_many_one_item_jobs_spread_over_workers_except_with_avg_allocation() -> None:
+    """Deployment's advice for many one-item jobs: AVG_ALLOCATION gives every one of them
+    to the same instance; ROUND_ROBIN, ODEVITY and RENDEZVOUS spread them by job name."""
+    names = [f"j{n:04d}" for n in range(3000)]
+
+    def owners(strategy: Strategy) -> Counter[str]:
+        return Counter(
+            next(s for s, got in strategy([S1, S2, S3], n, 1).items() if got) for n in names
+        )
+
+    assert owners(avg_allocation) == {S1: 3000}
+    odd_even = owners(odevity)  # over both ends of the list
+    assert set(odd_even) == {S1, S3} and min(odd_even.values()) >= 1400
+    for spread in (round_robin, rendezvous):
+        assert set(owners(spread)) == {S1, S2, S3}
+        assert min(owners(spread).values()) >= 900
 
 
 def test_round_robin_min_value_hash() -> None:
