@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import random
 from itertools import pairwise
+from typing import Any
 
 import pytest
 
 from shardcron.claimlead import ClaimLead
+from shardcron.firing import COMPLETION_BEHIND, STILL_RUNNING
 from shardcron.paths import JobPaths
 from shardcron.registry import SessionState
 from shardcron.simulation.cluster import Cluster, JobSpec
@@ -109,14 +111,27 @@ def one_item_runs(
     lead: float,
     until: float,
     misfire: bool = True,
+    behind: float = 0.0,
 ) -> tuple[list[float], Cluster]:
     """A simulated worker with one single-item job of ``period`` seconds whose item runs
     ``duration`` seconds, claiming ``lead`` seconds ahead from its fourth second on: the
-    starts from its sixth second to ``until``, and the cluster."""
+    starts from its sixth second to ``until``, and the cluster. With ``behind``, the
+    worker's coordinator hears of each returned work that much later (an overloaded
+    worker)."""
     jobs = [JobSpec("job0", items=1, period=period, failover=False, misfire=misfire)]
     cluster = Cluster(jobs, instances=1, session_timeout=2.0, rng=random.Random(1))
     monkeypatch.setattr(cluster, "duration", lambda _member: duration)
     member = cluster.members[0]
+    if behind:
+        execute, world = member.host.execute, cluster.world
+
+        def late(work: Any, then: Any, returned: Any = None) -> None:
+            def heard(result: object) -> None:
+                world.at(world.now + behind, lambda: then(result), member.node)
+
+            execute(work, heard, returned)
+
+        monkeypatch.setattr(member.host, "execute", late)
     cluster.world.at(EPOCH + 0.3, lambda: cluster.start(member))
     cluster.world.run_until(EPOCH + 3.5)  # started, first layout written
     runtime = member.runtimes["job0"]
@@ -173,3 +188,20 @@ def test_an_item_still_running_on_the_next_second_is_skipped_on_it(
         assert starts == on_seconds
     assert all(skip == int(skip) for skip in skips)  # on its second, not ahead of it
     assert sorted(on_seconds + skips) == list(range(6, 15))  # each second runs or is skipped
+    assert {skip.reason for skip in cluster.ledger.skips if skip.at >= EPOCH + 6} == {STILL_RUNNING}
+
+
+def test_a_skip_says_when_the_worker_is_behind_not_the_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Items of 0.1 s every second, on a worker whose coordinator hears of their ends
+    1.2 s late: each next fire finds the item held and skips it on its second. The job
+    is not slow, the worker is: the reason says so, not "still running"."""
+    later, cluster = one_item_runs(monkeypatch, 1, 0.1, 0.5, until=14.5, behind=1.2)
+    on_seconds = [start - EPOCH for start in later if start == int(start)]
+    skips = skips_from_the_sixth_second(cluster)
+    assert skips
+    assert sorted(on_seconds + skips) == list(range(6, 15))  # each second runs or is skipped
+    assert {skip.reason for skip in cluster.ledger.skips if skip.at >= EPOCH + 6} == {
+        COMPLETION_BEHIND
+    }

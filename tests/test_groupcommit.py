@@ -48,7 +48,12 @@ class Coordinator:
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         self.later.append(fn)
 
-    def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
+    def execute(
+        self,
+        work: Callable[[], T],
+        then: Callable[[T], None],
+        returned: Callable[[T], None] | None = None,
+    ) -> None:
         then(work())
 
     def execute_at(
@@ -57,6 +62,7 @@ class Coordinator:
         works: Sequence[Callable[[], T]],
         then: Callable[[T], None],
         next_claim: float | None,
+        returned: Callable[[T], None] | None = None,
     ) -> None:
         self.later.extend(lambda work=work: then(work()) for work in works)  # type: ignore[misc]
 

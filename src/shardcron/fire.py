@@ -63,8 +63,15 @@ class Host(Protocol):
         """Run ``fn`` on the coordinator thread ``delay`` seconds from now."""
         ...
 
-    def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
-        """Run ``work`` (user code) on a worker, then ``then(result)`` on the coordinator."""
+    def execute(
+        self,
+        work: Callable[[], T],
+        then: Callable[[T], None],
+        returned: Callable[[T], None] | None = None,
+    ) -> None:
+        """Run ``work`` (user code) on a worker, then ``then(result)`` on the coordinator.
+        ``returned(result)`` runs where and when the work returns, ahead of ``then``: what
+        the coordinator, if it is behind, has not heard yet."""
         ...
 
     def execute_at(
@@ -73,6 +80,7 @@ class Host(Protocol):
         works: Sequence[Callable[[], T]],
         then: Callable[[T], None],
         next_claim: float | None,
+        returned: Callable[[T], None] | None = None,
     ) -> None:
         """:meth:`execute` for each of ``works``, handed to workers at ``when`` (epoch
         seconds) by the timer itself, not by the coordinator. ``next_claim``: when the
@@ -122,6 +130,9 @@ class Fire:
     errors: dict[int, BaseException] = field(default_factory=dict)
     waiting: deque[ShardingContext] = field(default_factory=deque)
     active: int = 0
+    # Items whose run returned, added by the workers: the coordinator may not have their
+    # ends yet (it is behind), and reads this only to say why a later fire skips them.
+    returned: list[int] = field(default_factory=list)
     ended: bool = False  # the after listeners and the final status were sent
     # A fire of these items due while this one held them: (source, second, items),
     # claimed once this one's completion is applied (see Firing._follow).
@@ -201,6 +212,7 @@ class FirePath:
             self.host.execute(
                 lambda ctx=ctx: self._run_lane(fire, ctx),  # type: ignore[misc]
                 lambda done: self._lane_done(fire, done, lanes),
+                lambda done: _returned(fire, done),
             )
 
     def _stage_lanes(self, fire: Fire, lanes: int, at: float) -> None:
@@ -210,7 +222,11 @@ class FirePath:
             starts.append(lambda ctx=ctx: self._start_lane(fire, ctx))  # type: ignore[misc]
         fire.active = len(starts)
         self.host.execute_at(
-            at, starts, lambda done: self._staged_lane_done(fire, done, lanes), fire.next_claim
+            at,
+            starts,
+            lambda done: self._staged_lane_done(fire, done, lanes),
+            fire.next_claim,
+            lambda done: _returned(fire, done),
         )
 
     def _start_lane(self, fire: Fire, ctx: ShardingContext) -> Ran | None:
@@ -345,3 +361,9 @@ class FirePath:
                 message=message,
             )
         )
+
+
+def _returned(fire: Fire, done: Ran | None) -> None:
+    """On the worker: the items of a lane returned (one C call: lanes may end together)."""
+    if done:
+        fire.returned.extend([ctx.sharding_item for ctx, _ in done])

@@ -98,7 +98,7 @@ class FireTimer:
         # the items claimed: the lead grows with them too (items still start on the second).
         # Rounded up to a step, so jobs of a process with a few items more or less claim in
         # the same tick, with one group commit.
-        lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * self.firing.local_count
+        lead = self.rt.lead() + CLAIM_LEAD_PER_ITEM_SECONDS * self.firing.items.count
         lead = math.ceil(lead / CLAIM_LEAD_STEP_SECONDS) * CLAIM_LEAD_STEP_SECONDS
         if after is not None:
             # Not before the previous fire is half an interval old: its items would still

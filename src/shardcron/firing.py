@@ -19,12 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shardcron import election, execution, failover, membership, sharding
+from shardcron import election, execution, failover, sharding
 from shardcron.clockskew import ClockCheck
 from shardcron.errors import RegistryError, ShardcronError, TransactionError
 from shardcron.fire import Fire, FirePath
 from shardcron.firetimer import FireTimer
 from shardcron.idleflag import IdleFlag
+from shardcron.localitems import LocalItems
 from shardcron.misfires import Misfires
 from shardcron.model import ExecutionSource, ShardingContext, item_ranges, task_id
 from shardcron.paths import INSTANCE_DELIMITER
@@ -34,7 +35,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_NOT_READ: tuple[tuple[int, int], tuple[int, ...], bool] = ((-1, -1), (), False)
+# Why a fire skips items an earlier fire here holds (the log line, the ItemsSkipped event).
+STILL_RUNNING = "still running from an earlier fire"
+COMPLETION_BEHIND = (
+    "ended in an earlier fire whose completion is not through yet: this worker or the "
+    "registry is behind"
+)
 
 
 @dataclass(slots=True)
@@ -51,6 +57,7 @@ class Firing:
         self.rt = rt
         self.path = path
         self.idle = IdleFlag()
+        self.items = LocalItems(rt)
         self.timer = FireTimer(self)
         self._layout_asked = False  # the first layout is due ahead of the first fire
         self._reserved: set[int] = set()  # items claimed or being claimed here
@@ -61,8 +68,6 @@ class Firing:
         self._completing: list[Fire] = []  # completions sent likewise
         self._pending: _Pending | None = None
         self._clock = ClockCheck(rt.name, rt.registry, rt.paths.system_time, rt.host.now)
-        self._local = _NOT_READ  # see _layout
-        self._instance_node = rt.paths.instance(rt.instance)
         self.misfires = Misfires(rt, self)
         self.failovers = failover.Claims(rt, self)
 
@@ -166,7 +171,7 @@ class Firing:
         if self.rt.stopped:
             return
         if self.rt.suspended:
-            self.misfires.skip(self.local_items(only), "registry connection lost", when)
+            self.misfires.skip(self.items.mine(only), "registry connection lost", when)
             return
         try:
             skew = self._clock.skew(self.rt.config.max_time_diff_seconds)
@@ -175,19 +180,18 @@ class Firing:
             if self.rt.reshard_due or sharding.is_necessary(self.rt.cache, self.rt.paths):
                 if self._pending is not None and self._pending.when != when:
                     # This newer fire runs the same items: no misfire re-run on top of it.
-                    superseded = self.local_items(self._pending.only)
+                    superseded = self.items.mine(self._pending.only)
                     self.misfires.skip(superseded, "resharding in progress", when, misfire=False)
                 self._pending = _Pending(when, source, only)
                 if self.rt.is_leader():
                     self.rt.resharder.reshard()
                 return
-            items = self._fire_items(only)
+            items = self.items.to_fire(only)
             busy = [i for i in items if i in self._reserved]
             if busy:
                 followed = self._follow(busy, source, when)
                 busy = [i for i in busy if i not in followed]
-            if busy:
-                self.misfires.skip(busy, "still running from an earlier fire", when)
+            self._skip_held(busy, when)
             free = [i for i in items if i not in self._reserved]
             if self.rt.config.monitor_execution:
                 # A claim too big for one transaction is several fires of the same second,
@@ -228,10 +232,20 @@ class Firing:
             if fire.ended or fire.follow is None or fire.follow[1] != when:
                 return
             items, fire.follow = fire.follow[2], None
-            self.misfires.skip(items, "still running from an earlier fire", when)
+            self._skip_held(items, when)
 
         delay = max(0.0, when - self.rt.host.now())
         self.rt.host.call_later(delay, lambda: self.rt.guarded(overran, "fire"))
+
+    def _skip_held(self, items: list[int], when: float) -> None:
+        """Skip ``items`` of the fire of ``when``: an earlier fire here holds them. Its
+        runs may have returned, their completion not through yet: then the worker (or the
+        registry) is behind, not the job, and the reason says so."""
+        if not items:
+            return
+        ended = {i for fire in self._fires for i in fire.returned}
+        self.misfires.skip([i for i in items if i not in ended], STILL_RUNNING, when)
+        self.misfires.skip([i for i in items if i in ended], COMPLETION_BEHIND, when)
 
     def _report(self, error: ShardcronError) -> None:
         self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)
@@ -277,46 +291,6 @@ class Firing:
         """The timer: the first fire's claim is near enough to have its layout written."""
         self._layout_asked = True
         self.rt.guarded(self.run_pending, "layout")
-
-    def local_items(self, only: list[int] | None) -> list[int]:
-        items = self._layout()[0]
-        if only is None:
-            return list(items)
-        wanted = set(only)
-        return [i for i in items if i in wanted]
-
-    @property
-    def local_count(self) -> int:
-        """How many items this instance has (read at every fire's arming: no copy)."""
-        return len(self._layout()[0])
-
-    def _layout(self) -> tuple[tuple[int, ...], bool]:
-        """This instance's items, and whether its server is enabled. Read every fire and
-        heal, a walk over all the job's items: kept while the cache shows the same values
-        (their version, read before the walk, says so; the claims of every fire change
-        only flags)."""
-        cache, paths, total = self.rt.cache, self.rt.paths, self.rt.config.sharding_total_count
-        key = (cache.values_version, total)
-        if key != self._local[0]:
-            mine = sharding.local_items(cache, paths, self.rt.instance, total)
-            enabled = membership.server_enabled(cache, paths, self.rt.ip)
-            self._local = (key, tuple(mine), enabled)
-        return self._local[1], self._local[2]
-
-    def _fire_items(self, only: list[int] | None) -> list[int]:
-        cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
-        mine, server_enabled = self._layout()
-        if not server_enabled or not cache.exists(self._instance_node):
-            return []
-        if only is not None:
-            wanted = set(only)
-            mine = tuple(i for i in mine if i in wanted)
-        items = [i for i in mine if not cache.exists(paths.disabled(i))]
-        if cfg.failover:
-            taken = failover.items_failed_over_elsewhere(cache, paths, items)
-            taken |= set(failover.queued(cache, paths))
-            items = [i for i in items if i not in taken]
-        return items
 
     def hold(self, fire: Fire) -> None:
         """Track ``fire``, about to be claimed, until it completes or is dropped; its items

@@ -200,7 +200,7 @@ class Healer:
             if not unsettled:  # every claim checked (a failure raises)
                 self._alive = alive
             self._repair_job(found)
-        rt.firing.misfires.rerun(rt.firing.local_items(None))
+        rt.firing.misfires.rerun(rt.firing.items.mine())
         rt.firing.failovers.claim(phase=0)
         rt.firing.run_pending()
         return bool(found)

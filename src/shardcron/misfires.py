@@ -162,7 +162,7 @@ class Misfires:
         flagged = set(execution.misfired(cache, paths, items)) | (self._misfired & set(items))
         if not flagged:
             return  # every completion asks: the walk below is for the few that misfired
-        mine = set(self._firing.local_items(None))
+        mine = set(self._firing.items.mine())
         ready = sorted(
             i
             for i in flagged & mine

@@ -48,7 +48,7 @@ from shardcron.registry import Registry, SessionState, open_registry
 from shardcron.registry.cache import EventThread
 from shardcron.registryconfig import RegistryConfig
 from shardcron.runtime import ErrorHandler, JobRuntime
-from shardcron.startsfirst import StartsFirst, hold_for
+from shardcron.startsfirst import HandOvers, StartsFirst
 from shardcron.strategies import Strategy
 from shardcron.timers import Timers, logged
 from shardcron.tracing import open_tracer
@@ -143,10 +143,11 @@ class Scheduler:
         self._joins = sharding.Joins()
         self._loop = AsyncLoop()
         self._timers = Timers(self.coordinate)
-        self._starts = StartsFirst(self.coordinate, self.call_later, gc_threshold is not None)
-        self._staging = threading.Lock()
-        # By second: the hand-over's hold and its items (see execute_at).
-        self._staged: dict[float, tuple[float, list[Callable[[], None]]]] = {}
+        self._handovers = HandOvers(
+            StartsFirst(self.coordinate, self.call_later, gc_threshold is not None),
+            lambda when, fn: self._timers.push(when, fn, on_timer=True),
+            self._pool.submit,
+        )
         self._started = False
         self._stopping = threading.Event()
         self._dump_port = dump_port
@@ -403,8 +404,13 @@ class Scheduler:
     def chains_items(self) -> bool:
         return True
 
-    def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
-        self._pool.submit(self._worker_task(work, then))
+    def execute(
+        self,
+        work: Callable[[], T],
+        then: Callable[[T], None],
+        returned: Callable[[T], None] | None = None,
+    ) -> None:
+        self._pool.submit(self._worker_task(work, then, returned))
 
     def execute_at(
         self,
@@ -412,33 +418,20 @@ class Scheduler:
         works: Sequence[Callable[[], T]],
         then: Callable[[T], None],
         next_claim: float | None,
+        returned: Callable[[T], None] | None = None,
     ) -> None:
-        def run(work: Callable[[], T]) -> None:
-            self._starts.started()
-            result = work()
-            self._starts.ended(lambda: then(result))
+        self._handovers.stage(when, works, then, next_claim, returned)
 
-        # Every fire staged for the same second goes to the pool in one hand-over, so
-        # that StartsFirst sees the herd's items as one, held as its soonest claim needs.
-        hold = hold_for(when, next_claim)
-        with self._staging:
-            first = when not in self._staged
-            held, tasks = self._staged.get(when, (hold, []))
-            tasks.extend(functools.partial(run, work) for work in works)
-            self._staged[when] = (min(hold, held), tasks)
-        if first:
-            self._timers.push(when, lambda: self._hand_over(when), on_timer=True)
-
-    def _hand_over(self, when: float) -> None:  # on the timer thread
-        with self._staging:
-            hold, tasks = self._staged.pop(when)
-        self._starts.handed(len(tasks), hold)
-        for task in tasks:
-            self._pool.submit(task)
-
-    def _worker_task(self, work: Callable[[], T], then: Callable[[T], None]) -> Callable[[], None]:
+    def _worker_task(
+        self,
+        work: Callable[[], T],
+        then: Callable[[T], None],
+        returned: Callable[[T], None] | None,
+    ) -> Callable[[], None]:
         def run() -> None:
             result = work()
+            if returned is not None:
+                returned(result)
             self.coordinate(lambda: then(result))
 
         return run

@@ -1,7 +1,7 @@
 """A herd's items start before the ends of its first items are reported.
 
 On a second, the timer hands the items of every fire staged for it to the worker pool
-at once (:meth:`shardcron.scheduler.Scheduler.execute_at`). Items of a few milliseconds
+at once (:class:`HandOvers`). Items of a few milliseconds
 end while others of the same second still wait for a thread. Reported one by one, each
 end would have the coordinator complete its fire (build the completion, then apply its
 watch events) under the same GIL as the items still waiting, and those would start
@@ -32,12 +32,15 @@ itself keeps it disabled; one that asked shardcron to leave the collector alone
 
 from __future__ import annotations
 
+import functools
 import gc
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from shardcron.timers import logged
 
+T = TypeVar("T")
 Report = Callable[[], None]  # runs on the coordinator: an item's end, to its fire
 # The least hold: an every-second job claims its next fire half a second after its
 # second at the earliest (its lead is at most half its interval); an item of it that ends
@@ -133,6 +136,58 @@ class StartsFirst:
         with self._lock:
             held, self._held = self._held, []
         _run(held)
+
+
+class HandOvers:
+    """The works staged for each second, handed to the pool in one go on it (on the timer
+    thread): :class:`StartsFirst` sees a herd's items as one hand-over, held as its
+    soonest next claim needs."""
+
+    def __init__(
+        self,
+        starts: StartsFirst,
+        at_second: Callable[[float, Callable[[], None]], None],
+        submit: Callable[[Callable[[], None]], None],
+    ) -> None:
+        self._starts = starts
+        self._at_second = at_second  # runs the callable on the timer thread at the second
+        self._submit = submit  # to the pool
+        self._lock = threading.Lock()
+        self._staged: dict[float, tuple[float, list[Callable[[], None]]]] = {}  # hold, works
+
+    def stage(
+        self,
+        when: float,
+        works: Sequence[Callable[[], T]],
+        then: Callable[[T], None],
+        next_claim: float | None,
+        returned: Callable[[T], None] | None = None,
+    ) -> None:
+        """``fire.Host.execute_at``."""
+        starts = self._starts
+
+        def run(work: Callable[[], T]) -> None:
+            starts.started()
+            result = work()
+            if returned is not None:
+                returned(result)
+            starts.ended(lambda: then(result))
+
+        hold = hold_for(when, next_claim)
+        with self._lock:
+            first = when not in self._staged
+            held, tasks = self._staged.get(when, (hold, []))
+            tasks.extend(functools.partial(run, work) for work in works)
+            self._staged[when] = (min(hold, held), tasks)
+        if first:
+            self._at_second(when, lambda: self._hand_over(when))
+
+    def _hand_over(self, when: float) -> None:
+        with self._lock:
+            hold, tasks = self._staged.pop(when)
+        self._starts.handed(len(tasks), hold)
+        for task in tasks:
+            self._submit(task)
 
 
 def _run(reports: list[Report]) -> None:

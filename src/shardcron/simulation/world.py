@@ -107,21 +107,30 @@ class SimHost:
         works: Sequence[Callable[[], T]],
         then: Callable[[T], None],
         next_claim: float | None,
+        returned: Callable[[T], None] | None = None,
     ) -> None:
         def start() -> None:
             for work in works:
-                self.execute(work, then)
+                self.execute(work, then, returned)
 
         self.world.at(when, start, self.node)
 
-    def execute(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
+    def execute(
+        self,
+        work: Callable[[], T],
+        then: Callable[[T], None],
+        returned: Callable[[T], None] | None = None,
+    ) -> None:
         """Run ``work`` now; ``then`` comes back after the duration the runner drew
-        (at once for work that is not an item: listeners, error handlers)."""
+        (at once for work that is not an item: listeners, error handlers), and
+        ``returned`` with it: the work has returned by then, not before."""
         node = self.node
         node.pending = None
         result = work()
         pending, node.pending = node.pending, None
         if pending is None:
+            if returned is not None:
+                returned(result)
             self.world.at(self.world.now, lambda: then(result), node)
             return
         duration, record_end = pending
@@ -131,6 +140,8 @@ class SimHost:
         def back() -> None:
             if node.open_runs.pop(key, None) is not None:
                 record_end()
+            if returned is not None:
+                returned(result)
             then(result)
 
         self.world.at(self.world.now + duration, back, node)
