@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from shardcron.claimlead import ClaimLead
-from shardcron.firing import COMPLETION_BEHIND, STILL_RUNNING
+from shardcron.misfires import COMPLETION_BEHIND, NOT_STARTED, STILL_RUNNING
 from shardcron.paths import JobPaths
 from shardcron.registry import SessionState
 from shardcron.simulation.cluster import Cluster, JobSpec
@@ -112,13 +112,14 @@ def one_item_runs(
     until: float,
     misfire: bool = True,
     behind: float = 0.0,
+    items: int = 1,
 ) -> tuple[list[float], Cluster]:
-    """A simulated worker with one single-item job of ``period`` seconds whose item runs
-    ``duration`` seconds, claiming ``lead`` seconds ahead from its fourth second on: the
-    starts from its sixth second to ``until``, and the cluster. With ``behind``, the
-    worker's coordinator hears of each returned work that much later (an overloaded
-    worker)."""
-    jobs = [JobSpec("job0", items=1, period=period, failover=False, misfire=misfire)]
+    """A simulated worker with one job of ``period`` seconds (one item, or ``items``, two
+    running at a time) whose items run ``duration`` seconds, claiming ``lead`` seconds
+    ahead from its fourth second on: the starts from its sixth second to ``until``, and
+    the cluster. With ``behind``, the worker's coordinator hears of each returned work
+    that much later (an overloaded worker)."""
+    jobs = [JobSpec("job0", items=items, period=period, failover=False, misfire=misfire)]
     cluster = Cluster(jobs, instances=1, session_timeout=2.0, rng=random.Random(1))
     monkeypatch.setattr(cluster, "duration", lambda _member: duration)
     member = cluster.members[0]
@@ -205,3 +206,20 @@ def test_a_skip_says_when_the_worker_is_behind_not_the_job(
     assert {skip.reason for skip in cluster.ledger.skips if skip.at >= EPOCH + 6} == {
         COMPLETION_BEHIND
     }
+
+
+def test_a_skip_tells_an_item_that_never_started_from_a_fire_still_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three items of 1.3 s every second, two at a time: the third waits for a lane, and
+    the next fire finds it not started. Once it runs, the two that returned are held by a
+    fire still running, not by a worker behind."""
+    _, cluster = one_item_runs(monkeypatch, 1, 1.3, 0.5, until=14.5, items=3)
+    skips = [skip for skip in cluster.ledger.skips if skip.at >= EPOCH + 6]
+    assert {skip.reason for skip in skips} == {STILL_RUNNING, NOT_STARTED}
+    runs = cluster.ledger.runs
+    for skip in skips:
+        running = [r for r in runs if r.start <= skip.at and (r.end is None or r.end > skip.at)]
+        assert running  # the earlier fire runs an item when it is skipped
+        if skip.reason == NOT_STARTED:
+            assert not {r.item for r in running} & set(skip.items)

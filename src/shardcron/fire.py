@@ -21,6 +21,7 @@ Anything an item raises, :class:`BaseException` included (``SystemExit``,
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -102,18 +103,23 @@ class Gate:
         self._lock = threading.Lock()
         self.started: bool | None = None  # None until decided
 
-    def decide(self, start: Callable[[], bool]) -> tuple[bool, bool]:
-        """(whether the fire starts, whether this call decided it)."""
+    def decide(self, start: Callable[[Fire], bool], fire: Fire) -> tuple[bool, bool]:
+        """(whether the fire starts, whether this call decided it): ``start(fire)``
+        decides, if no call did before."""
         with self._lock:
             if self.started is not None:
                 return self.started, False
-            self.started = start()
+            self.started = start(fire)
             return self.started, True
 
     def cancel(self) -> bool:
         """On the coordinator, before the second: True when this call decided the fire
         does not start (False when a lane decided first)."""
-        return self.decide(lambda: False)[1]
+        with self._lock:
+            if self.started is not None:
+                return False
+            self.started = False
+            return True
 
 
 @dataclass(eq=False)
@@ -130,8 +136,10 @@ class Fire:
     errors: dict[int, BaseException] = field(default_factory=dict)
     waiting: deque[ShardingContext] = field(default_factory=deque)
     active: int = 0
-    # Items whose run returned, added by the workers: the coordinator may not have their
-    # ends yet (it is behind), and reads this only to say why a later fire skips them.
+    # Items whose run began, and whose run returned, added by the workers: the
+    # coordinator may not have heard yet (it is behind), and reads these only to say why
+    # a later fire skips them.
+    started: list[int] = field(default_factory=list)
     returned: list[int] = field(default_factory=list)
     ended: bool = False  # the after listeners and the final status were sent
     # A fire of these items due while this one held them: (source, second, items),
@@ -216,27 +224,29 @@ class FirePath:
             )
 
     def _stage_lanes(self, fire: Fire, lanes: int, at: float) -> None:
+        # Partials, not lambdas: a herd stages thousands of fires, and each of these runs
+        # once per item on the worker as it starts (a C call, not a Python frame).
+        start = functools.partial(self._start_lane, fire)
         starts: list[Callable[[], Ran | None]] = []
         while fire.waiting and len(starts) < lanes:
-            ctx = fire.waiting.popleft()
-            starts.append(lambda ctx=ctx: self._start_lane(fire, ctx))  # type: ignore[misc]
+            starts.append(functools.partial(start, fire.waiting.popleft()))
         fire.active = len(starts)
         self.host.execute_at(
             at,
             starts,
-            lambda done: self._staged_lane_done(fire, done, lanes),
+            functools.partial(self._staged_lane_done, fire, lanes=lanes),
             fire.next_claim,
-            lambda done: _returned(fire, done),
+            functools.partial(_returned, fire),
         )
 
     def _start_lane(self, fire: Fire, ctx: ShardingContext) -> Ran | None:
         """Work, on the second: the staged fire's first lane decides whether it starts
         (and sends its first statuses); None when it does not."""
         assert fire.gate is not None
-        started, decided = fire.gate.decide(lambda: self.may_start(fire))
+        started, decided = fire.gate.decide(self.may_start, fire)
         if not started:
             return None
-        if decided:
+        if decided and self.observers:
             self._status(fire, FireState.TASK_STAGING)
             self._status(fire, FireState.TASK_RUNNING)
         return self._run_lane(fire, ctx)
@@ -259,12 +269,14 @@ class FirePath:
     def _run_lane(self, fire: Fire, ctx: ShardingContext) -> Ran:
         """Work: run ``ctx``, then (where the host chains) the fire's next waiting items
         while the claim holds. ``popleft`` is atomic, so lanes never take the same item."""
+        fire.started.append(ctx.sharding_item)
         done = [(ctx, self.run_item(ctx))]
-        while self.host.chains_items and fire.waiting and self.may_start(fire):
+        while fire.waiting and self.host.chains_items and self.may_start(fire):
             try:
                 ctx = fire.waiting.popleft()
             except IndexError:
                 break
+            fire.started.append(ctx.sharding_item)
             done.append((ctx, self.run_item(ctx)))
         return done
 

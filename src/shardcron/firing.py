@@ -35,13 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Why a fire skips items an earlier fire here holds (the log line, the ItemsSkipped event).
-STILL_RUNNING = "still running from an earlier fire"
-COMPLETION_BEHIND = (
-    "ended in an earlier fire whose completion is not through yet: this worker or the "
-    "registry is behind"
-)
-
 
 @dataclass(slots=True)
 class _Pending:
@@ -191,7 +184,7 @@ class Firing:
             if busy:
                 followed = self._follow(busy, source, when)
                 busy = [i for i in busy if i not in followed]
-            self._skip_held(busy, when)
+            self.misfires.skip_held(busy, self._fires, when)
             free = [i for i in items if i not in self._reserved]
             if self.rt.config.monitor_execution:
                 # A claim too big for one transaction is several fires of the same second,
@@ -232,20 +225,10 @@ class Firing:
             if fire.ended or fire.follow is None or fire.follow[1] != when:
                 return
             items, fire.follow = fire.follow[2], None
-            self._skip_held(items, when)
+            self.misfires.skip_held(items, self._fires, when)
 
         delay = max(0.0, when - self.rt.host.now())
         self.rt.host.call_later(delay, lambda: self.rt.guarded(overran, "fire"))
-
-    def _skip_held(self, items: list[int], when: float) -> None:
-        """Skip ``items`` of the fire of ``when``: an earlier fire here holds them. Its
-        runs may have returned, their completion not through yet: then the worker (or the
-        registry) is behind, not the job, and the reason says so."""
-        if not items:
-            return
-        ended = {i for fire in self._fires for i in fire.returned}
-        self.misfires.skip([i for i in items if i not in ended], STILL_RUNNING, when)
-        self.misfires.skip([i for i in items if i in ended], COMPLETION_BEHIND, when)
 
     def _report(self, error: ShardcronError) -> None:
         self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)

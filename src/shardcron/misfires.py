@@ -24,11 +24,21 @@ from shardcron.model import ExecutionSource, item_ranges
 from shardcron.registry import Create, Delete
 
 if TYPE_CHECKING:
+    from shardcron.fire import Fire
     from shardcron.firing import Firing
     from shardcron.runtime import JobRuntime
 
 log = logging.getLogger(__name__)
 
+# Why a fire skips items an earlier fire here holds (the log line, the ItemsSkipped event).
+STILL_RUNNING = "still running from an earlier fire"
+NOT_STARTED = (
+    "not started yet in an earlier fire: it waits for a lane of the job or a thread of this worker"
+)
+COMPLETION_BEHIND = (
+    "ended in an earlier fire whose completion is not through yet: this worker or the "
+    "registry is behind"
+)
 # At most one line this often for what repeats at every fire (of every job, when overloaded).
 REPEATED_LOG_SECONDS = 60.0
 
@@ -105,6 +115,18 @@ class Misfires:
 
     def note(self, item: int) -> None:
         self._misfired.add(item)
+
+    def skip_held(self, items: list[int], fires: list[Fire], when: float) -> None:
+        """Skip ``items`` of the fire of ``when``: one of ``fires`` (in flight here) holds
+        them. The reason says which of the job and the worker is behind: the earlier
+        fire's runs may all have returned, their completion not through yet (the worker
+        or the registry is behind), or an item may not have started (it waits for a lane
+        or a thread); else the job's runs are still going."""
+        why: dict[str, list[int]] = {}
+        for item in items:
+            why.setdefault(_why_held(item, fires), []).append(item)
+        for reason, held in why.items():
+            self.skip(held, reason, when)
 
     def skip(self, items: list[int], reason: str, when: float, misfire: bool = True) -> None:
         """Skip ``items`` of the fire of second ``when`` (their re-run waits for it)."""
@@ -210,3 +232,13 @@ class Misfires:
                 )
             start_at = not_before if not_before > now else None  # claimed now, run then
             self._firing.fire(ExecutionSource.MISFIRE, only=items, start_at=start_at)
+
+
+def _why_held(item: int, fires: list[Fire]) -> str:
+    """Workers add to a fire's ``started`` and ``returned`` as its items start and return."""
+    for fire in fires:
+        if item in fire.items:
+            if set(fire.items).issubset(fire.returned):
+                return COMPLETION_BEHIND
+            return STILL_RUNNING if item in fire.started else NOT_STARTED
+    return STILL_RUNNING

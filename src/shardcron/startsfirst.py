@@ -171,7 +171,7 @@ class HandOvers:
             result = work()
             if returned is not None:
                 returned(result)
-            starts.ended(lambda: then(result))
+            starts.ended(functools.partial(then, result))
 
         hold = hold_for(when, next_claim)
         with self._lock:
