@@ -218,9 +218,9 @@ class FirePath:
             ctx = fire.waiting.popleft()
             fire.active += 1
             self.host.execute(
-                lambda ctx=ctx: self._run_lane(fire, ctx),  # type: ignore[misc]
-                lambda done: self._lane_done(fire, done, lanes),
-                lambda done: _returned(fire, done),
+                functools.partial(self._run_lane, fire, ctx),
+                functools.partial(self._lane_done, fire, lanes=lanes),
+                functools.partial(_returned, fire),
             )
 
     def _stage_lanes(self, fire: Fire, lanes: int, at: float) -> None:
