@@ -122,10 +122,11 @@ class Misfires:
         fire's runs may all have returned, their completion not through yet (the worker
         or the registry is behind), or an item may not have started (it waits for a lane
         or a thread); else the job's runs are still going."""
-        why: dict[str, list[int]] = {}
+        why = _why_held(fires)
+        by_reason: dict[str, list[int]] = {}
         for item in items:
-            why.setdefault(_why_held(item, fires), []).append(item)
-        for reason, held in why.items():
+            by_reason.setdefault(why.get(item, STILL_RUNNING), []).append(item)
+        for reason, held in by_reason.items():
             self.skip(held, reason, when)
 
     def skip(self, items: list[int], reason: str, when: float, misfire: bool = True) -> None:
@@ -234,11 +235,17 @@ class Misfires:
             self._firing.fire(ExecutionSource.MISFIRE, only=items, start_at=start_at)
 
 
-def _why_held(item: int, fires: list[Fire]) -> str:
-    """Workers add to a fire's ``started`` and ``returned`` as its items start and return."""
+def _why_held(fires: list[Fire]) -> dict[int, str]:
+    """Why each item of ``fires`` would be skipped, in one pass over them (a fire may
+    hold thousands of items). Workers add to a fire's ``started`` and ``returned`` as its
+    items start and return."""
+    why: dict[int, str] = {}
     for fire in fires:
-        if item in fire.items:
-            if set(fire.items).issubset(fire.returned):
-                return COMPLETION_BEHIND
-            return STILL_RUNNING if item in fire.started else NOT_STARTED
-    return STILL_RUNNING
+        ended = set(fire.items).issubset(fire.returned)
+        started = set(fire.started)
+        for item in fire.items:
+            if ended:
+                why.setdefault(item, COMPLETION_BEHIND)
+            else:
+                why.setdefault(item, STILL_RUNNING if item in started else NOT_STARTED)
+    return why
