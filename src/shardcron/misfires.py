@@ -122,6 +122,8 @@ class Misfires:
         fire's runs may all have returned, their completion not through yet (the worker
         or the registry is behind), or an item may not have started (it waits for a lane
         or a thread); else the job's runs are still going."""
+        if not items:
+            return  # the common case, at every fire: nothing held
         why = _why_held(fires)
         by_reason: dict[str, list[int]] = {}
         for item in items:
