@@ -202,7 +202,7 @@ def test_an_item_running_elsewhere_costs_only_its_own_job_that_item(
     assert outcomes.errors == {"a": None, "b": None}
     assert requests["a"].result.items == [0, 1]
     assert requests["b"].result.items == [0]
-    assert requests["b"].result.contended == [1]
+    assert requests["b"].result.contended == (1,)
     assert registry.get(b.running(1)) == b"10.0.0.2@-@2"  # the other's claim stands
     other.close()
 
@@ -223,7 +223,7 @@ def test_a_claim_without_the_instances_lease_claims_nothing_and_costs_the_others
     host.run()
 
     assert outcomes.errors == {"a": None, "b": None}
-    assert (requests["a"].result.items, requests["a"].result.unleased) == ([], [0, 1])
+    assert (requests["a"].result.items, requests["a"].result.unleased) == ([], (0, 1))
     assert [registry.stat(a.running(i)) for i in (0, 1)] == [None, None]
     assert requests["b"].result.items == [0, 1]
 

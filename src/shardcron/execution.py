@@ -61,8 +61,10 @@ class Claim:
     items: list[int]
     token: int = 0
     versions: dict[int, int] = field(default_factory=dict)  # item -> item node version
-    contended: list[int] = field(default_factory=list)
-    unleased: list[int] = field(default_factory=list)  # not claimed: no lease (see Claiming)
+    # Tuples, not lists: nearly always empty, and an empty list per fire is one more object
+    # for the garbage collector to scan while the claim is in flight (see Firing).
+    contended: Sequence[int] = ()
+    unleased: Sequence[int] = ()  # not claimed: no lease (see Claiming)
 
 
 def claim_ops(paths: JobPaths, item: int, instance: str) -> list[Op]:
@@ -122,12 +124,14 @@ class Claiming:
         extra: list[Op] | None = None,
         trust_cache: bool = True,
     ) -> None:
-        self.paths, self.instance, self.extra = paths, instance, extra or []
+        self.paths, self.instance = paths, instance
+        self.extra: Sequence[Op] = extra or ()
         self.free: list[int] = []
         contended: list[int] = []
         for i in items:  # one pass: a job of 20,000 items, compared pairwise, took 1.5 s
             (contended if trust_cache and cache.exists(paths.running(i)) else self.free).append(i)
-        self.result = Claim(items=list(self.free), contended=contended)
+        # The items are settled by the answer (applied, refused): until then they are free.
+        self.result = Claim(items=self.free, contended=tuple(contended))
         self._ops: list[Op] | None = None
 
     def ops(self) -> list[Op]:
@@ -143,19 +147,17 @@ class Claiming:
             assert isinstance(stat, Stat)
             self.result.versions[item] = stat.version
             self.result.token = stat.mzxid
-        self.result.items = list(self.free)
-        self.free, self._ops = [], []
+        self.free, self._ops = [], []  # result.items keeps the list
 
     def refused(self, index: int, cause: RegistryError) -> bool:
         claims = CLAIM_OPS * len(self.free)
         if index == claims and isinstance(cause, NoNodeError):  # the lease's check
-            self.result.unleased, self.free = self.free, []
-            self.result.items, self._ops = [], None
+            self.result.unleased, self.free = tuple(self.free), []
+            self.result.items, self._ops = self.free, None
             return True
         if index >= claims or not isinstance(cause, NodeExistsError | NoNodeError):
             return False
-        self.result.contended.append(self.free.pop(index // CLAIM_OPS))
-        self.result.items = list(self.free)
+        self.result.contended = (*self.result.contended, self.free.pop(index // CLAIM_OPS))
         self._ops = None
         return True
 
@@ -166,42 +168,48 @@ class Completing:
 
     Conditional on each claim still being the current one, and idempotent: an item whose
     claim was superseded, or whose nodes are gone already (a completion whose answer was
-    lost), is dropped. ``done`` lists the items whose claim it removed or found removed.
+    lost), is dropped.
     """
 
     def __init__(
         self, paths: JobPaths, versions: dict[int, int], extra: dict[int, list[Op]] | None = None
     ) -> None:
         self.paths = paths
-        self.groups: dict[int, list[Op]] = {
-            item: [
-                Check(paths.item(item), version),
-                Delete(paths.running(item)),
-                *(extra or {}).get(item, []),
-            ]
-            for item, version in versions.items()
-        }
-        self.done = list(self.groups)
+        self._versions, self._extra = versions, extra or {}
+        # Each item's ops, grouped only when the registry refuses one: a worker of
+        # thousands of jobs has thousands of completions in flight, and the garbage
+        # collector scans every object of them.
+        self._groups: dict[int, list[Op]] | None = None
         self._ops: list[Op] | None = None  # asked for several times per group commit
+
+    def _item_ops(self, item: int, version: int) -> list[Op]:
+        paths, extra = self.paths, self._extra.get(item, ())
+        return [Check(paths.item(item), version), Delete(paths.running(item)), *extra]
 
     def ops(self) -> list[Op]:
         if self._ops is None:
-            self._ops = [op for ops in self.groups.values() for op in ops]
+            if self._groups is None:
+                self._ops = [
+                    op for item, v in self._versions.items() for op in self._item_ops(item, v)
+                ]
+            else:
+                self._ops = [op for ops in self._groups.values() for op in ops]
         return self._ops
 
     def applied(self, results: Sequence[object]) -> None:
-        self.groups, self._ops = {}, []
+        self._groups, self._ops = {}, []
 
     def refused(self, index: int, cause: RegistryError) -> bool:
-        flat = [(item, op) for item, ops in self.groups.items() for op in ops]
+        if self._groups is None:
+            self._groups = {item: self._item_ops(item, v) for item, v in self._versions.items()}
+        flat = [(item, op) for item, ops in self._groups.items() for op in ops]
         item, op = flat[index]
         self._ops = None
         if isinstance(op, Check) and isinstance(cause, BadVersionError | NoNodeError):
             log.info("job %s: item %d was claimed anew; its old run ends", self.paths.job, item)
-            del self.groups[item]
-            self.done.remove(item)
+            del self._groups[item]
         elif isinstance(op, Delete) and isinstance(cause, NoNodeError):
-            self.groups[item].remove(op)  # gone already: an earlier attempt, or the session
+            self._groups[item].remove(op)  # gone already: an earlier attempt, or the session
         else:
             return False
         return True

@@ -138,9 +138,10 @@ class Fire:
     active: int = 0
     # Items whose run began, and whose run returned, added by the workers: the
     # coordinator may not have heard yet (it is behind), and reads these only to say why
-    # a later fire skips them.
-    started: list[int] = field(default_factory=list)
-    returned: list[int] = field(default_factory=list)
+    # a later fire skips them. Dicts used as ordered sets: one of ints only is not tracked
+    # by the garbage collector, where two lists per fire in flight were scanned by it.
+    started: dict[int, None] = field(default_factory=dict)
+    returned: dict[int, None] = field(default_factory=dict)
     ended: bool = False  # the after listeners and the final status were sent
     # A fire of these items due while this one held them: (source, second, items),
     # claimed once this one's completion is applied (see Firing._follow).
@@ -269,14 +270,14 @@ class FirePath:
     def _run_lane(self, fire: Fire, ctx: ShardingContext) -> Ran:
         """Work: run ``ctx``, then (where the host chains) the fire's next waiting items
         while the claim holds. ``popleft`` is atomic, so lanes never take the same item."""
-        fire.started.append(ctx.sharding_item)
+        fire.started[ctx.sharding_item] = None
         done = [(ctx, self.run_item(ctx))]
         while fire.waiting and self.host.chains_items and self.may_start(fire):
             try:
                 ctx = fire.waiting.popleft()
             except IndexError:
                 break
-            fire.started.append(ctx.sharding_item)
+            fire.started[ctx.sharding_item] = None
             done.append((ctx, self.run_item(ctx)))
         return done
 
@@ -378,4 +379,4 @@ class FirePath:
 def _returned(fire: Fire, done: Ran | None) -> None:
     """On the worker: the items of a lane returned (one C call: lanes may end together)."""
     if done:
-        fire.returned.extend([ctx.sharding_item for ctx, _ in done])
+        fire.returned.update(dict.fromkeys([ctx.sharding_item for ctx, _ in done]))

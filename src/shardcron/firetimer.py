@@ -14,6 +14,7 @@ Coordinator thread only, like the :class:`~shardcron.firing.Firing` it belongs t
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -41,8 +42,11 @@ class FireTimer:
         self.firing = firing
         self.rt = firing.rt
         self._token = 0  # bumped to cancel the armed fire
-        # The armed fire's second, the fire before it, and its claim lead.
-        self._armed: tuple[float, float | None, float] | None = None
+        # The armed fire's second (None: none armed), the fire before it, and its claim
+        # lead: attributes, not a tuple, as every job re-arms every fire (see _set).
+        self._when: float | None = None
+        self._after: float | None = None
+        self._lead_armed = 0.0
 
     def cancel(self) -> None:
         self._token += 1
@@ -51,7 +55,7 @@ class FireTimer:
         """Arm the timer for the first fire after ``after`` (default: now); the one armed
         before is cancelled."""
         self._token += 1
-        self._armed = None
+        self._when = None
         if self.rt.trigger is None or self.rt.stopped:
             return
         now = self.rt.host.now()
@@ -63,7 +67,7 @@ class FireTimer:
             return
         when = moment.timestamp()
         lead = self._lead(when, after)
-        self._armed = (when, after, lead)
+        self._when, self._after, self._lead_armed = when, after, lead
         self._set(when, lead)
         claim_in = when - lead - now
         if claim_in > MIN_LAYOUT_AHEAD_SECONDS and not sharding.has_sharding(
@@ -76,21 +80,20 @@ class FireTimer:
 
     def next_claim(self) -> float | None:
         """When the armed fire claims its items (None: no fire armed)."""
-        if self._armed is None:
+        if self._when is None:
             return None
-        when, _, lead = self._armed
-        return when - lead
+        return self._when - self._lead_armed
 
     def relead(self) -> None:
         """The process's claim lead grew: the armed fire claims that much earlier, unless
         its lead is capped by the time since its last fire."""
-        if self._armed is None or self.rt.stopped:
+        when = self._when
+        if when is None or self.rt.stopped:
             return
-        when, after, lead = self._armed
-        longer = self._lead(when, after)
-        if longer > lead:
+        longer = self._lead(when, self._after)
+        if longer > self._lead_armed:
             self._token += 1
-            self._armed = (when, after, longer)
+            self._lead_armed = longer
             self._set(when, longer)
 
     def _lead(self, when: float, after: float | None) -> float:
@@ -107,23 +110,25 @@ class FireTimer:
         return lead
 
     def _set(self, when: float, lead: float) -> None:
-        token, now = self._token, self.rt.host.now()
+        # A partial, not a closure: one job's armed fire is three objects for the garbage
+        # collector to scan instead of five, and a worker of thousands of jobs re-arms
+        # thousands of them a second.
+        due = functools.partial(self._due, self._token, when)
+        self.rt.host.call_later(max(0.0, when - lead - self.rt.host.now()), due)
 
-        def due() -> None:
-            if token != self._token:
-                return
-            late = self.rt.host.released() - when
-            # The next fire is armed first: whatever this one does or fails at, the job
-            # keeps its next fire, released on time even if this one holds the coordinator
-            # for seconds (a leader writing a big first layout); armed after, it would
-            # start from the moment this one returned and drop the fires before it.
-            self.arm(after=when)
-            if late <= MAX_LATENESS_SECONDS:
-                self.rt.guarded(lambda: self.firing.fire(start_at=when), "fire")
-            else:
-                self.rt.missed.note(self.rt.name, when, late, self.rt.host.now())
-
-        self.rt.host.call_later(max(0.0, when - lead - now), due)
+    def _due(self, token: int, when: float) -> None:
+        if token != self._token:
+            return
+        late = self.rt.host.released() - when
+        # The next fire is armed first: whatever this one does or fails at, the job keeps
+        # its next fire, released on time even if this one holds the coordinator for
+        # seconds (a leader writing a big first layout); armed after, it would start from
+        # the moment this one returned and drop the fires before it.
+        self.arm(after=when)
+        if late <= MAX_LATENESS_SECONDS:
+            self.rt.guarded(lambda: self.firing.fire(start_at=when), "fire")
+        else:
+            self.rt.missed.note(self.rt.name, when, late, self.rt.host.now())
 
     def _note_dropped(self, trigger: CronTrigger, after: float, start: float, now: float) -> None:
         """The fires after ``after`` up to ``start`` are not run: this job's last fire ran

@@ -14,8 +14,9 @@ settles it from the registry after the reconnect.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,7 @@ class Firing:
         self._clock = ClockCheck(rt.name, rt.registry, rt.paths.system_time, rt.host.now)
         self.misfires = Misfires(rt, self)
         self.failovers = failover.Claims(rt, self)
+        self._keep_going = self.keep_going  # one bound method for the contexts of every fire
 
     @property
     def running_items(self) -> list[int]:
@@ -220,15 +222,19 @@ class Firing:
     def _look_on_the_second(self, fire: Fire, when: float) -> None:
         """On the second ``when`` of the fire that follows ``fire``: if ``fire``'s items
         still run, that fire misfired, as one claimed on its second would have."""
+        delay = max(0.0, when - self.rt.host.now())
+        # A partial (see _claim_and_run): nearly every fire of a busy every-second job
+        # follows the one before it.
+        self.rt.host.call_later(delay, functools.partial(self._on_the_second, fire, when))
 
+    def _on_the_second(self, fire: Fire, when: float) -> None:
         def overran() -> None:
             if fire.ended or fire.follow is None or fire.follow[1] != when:
                 return
             items, fire.follow = fire.follow[2], None
             self.misfires.skip_held(items, self._fires, when)
 
-        delay = max(0.0, when - self.rt.host.now())
-        self.rt.host.call_later(delay, lambda: self.rt.guarded(overran, "fire"))
+        self.rt.guarded(overran, "fire")
 
     def _report(self, error: ShardcronError) -> None:
         self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)
@@ -283,34 +289,44 @@ class Firing:
         if fire.items:
             self.idle.clear()
 
-    def _release(self, items: list[int]) -> None:
+    def _release(self, items: Sequence[int]) -> None:
         self._reserved.difference_update(items)
 
     def _claim_and_run(
         self, items: list[int], source: ExecutionSource, when: float, trust_cache: bool = True
     ) -> None:
-        claim = execution.Claim(items=list(items))
         session, next_claim = self.rt.registry.session_id, self.timer.next_claim()
-        fire = Fire(items, claim, source, session, when, next_claim)
-        self.hold(fire)
         if not self.rt.config.monitor_execution:
+            fire = Fire(items, execution.Claim(items), source, session, when, next_claim)
+            self.hold(fire)
             self._claimed(fire)
             return
         request = execution.Claiming(
             self.rt.cache, self.rt.paths, items, self.rt.instance, trust_cache=trust_cache
         )
+        # The request's result is the fire's claim from the start, and its answer comes to
+        # a partial, not a closure: a worker of thousands of jobs has thousands of claims in
+        # flight at each collection of the garbage collector, which scans every object of
+        # them (six fewer a fire here).
+        fire = Fire(items, request.result, source, session, when, next_claim)
+        self.hold(fire)
         self._claiming.append(fire)
         asked = self.rt.host.released()  # a herd's claims are asked for in one timer tick
-
-        def then(error: RegistryError | None) -> None:
-            self._claiming.remove(fire)
-            self.rt.guarded(lambda: self._on_claim(fire, request, error), "claim")
-            # How long it took tells the next lead, whether or not this one was claimed
-            # ahead: a herd's first fire, claimed once its layouts are written, teaches
-            # the next one.
-            self.rt.claim_took(self.rt.host.now() - asked)
-
+        then = functools.partial(self._claim_answered, fire, request, asked)
         self.rt.commits.submit(request, then)
+
+    def _claim_answered(
+        self,
+        fire: Fire,
+        request: execution.Claiming,
+        asked: float,
+        error: RegistryError | None,
+    ) -> None:
+        self._claiming.remove(fire)
+        self.rt.guarded(lambda: self._on_claim(fire, request, error), "claim")
+        # How long it took tells the next lead, whether or not this one was claimed ahead:
+        # a herd's first fire, claimed once its layouts are written, teaches the next one.
+        self.rt.claim_took(self.rt.host.now() - asked)
 
     def _on_claim(
         self,
@@ -410,7 +426,7 @@ class Firing:
                 fencing_token=fire.claim.token,
                 source=fire.source,
                 _claim_check=self._claim_check(item, fire.claim.token),
-                _keep_going=self.keep_going,
+                _keep_going=self._keep_going,
             )
             for item in fire.items
         ]
@@ -429,7 +445,9 @@ class Firing:
     def _claim_check(self, item: int, token: int) -> Callable[[], bool]:
         if not self.rt.config.monitor_execution:
             return lambda: not self.rt.stopped
-        return lambda: execution.is_current(self.rt.registry, self.rt.paths, item, token)
+        # A partial: each item of a fire in flight carries it (two objects for the garbage
+        # collector instead of five).
+        return functools.partial(execution.is_current, self.rt.registry, self.rt.paths, item, token)
 
     def complete(self, fire: Fire) -> None:
         """All items returned: the ``after`` listeners and the fire's status, then remove
@@ -453,21 +471,22 @@ class Firing:
         request = execution.Completing(paths, fire.claim.versions, extra)
         self._completing.append(fire)
 
-        def then(error: RegistryError | None) -> None:
-            self._completing.remove(fire)
-            if error is None:
-                self.rt.guarded(lambda: self._completed(fire), "completion")
-                return
-            log.warning(
-                "job %s: completion of items %s pending (%s)",
-                self.rt.name,
-                item_ranges(fire.items),
-                error,
-            )
-            if fire not in self._unfinished:
-                self._unfinished.append(fire)
-
+        then = functools.partial(self._completion_answered, fire)  # see _claim_and_run
         self.rt.commits.submit_completion(request, then)
+
+    def _completion_answered(self, fire: Fire, error: RegistryError | None) -> None:
+        self._completing.remove(fire)
+        if error is None:
+            self.rt.guarded(lambda: self._completed(fire), "completion")
+            return
+        log.warning(
+            "job %s: completion of items %s pending (%s)",
+            self.rt.name,
+            item_ranges(fire.items),
+            error,
+        )
+        if fire not in self._unfinished:
+            self._unfinished.append(fire)
 
     def _completed(self, fire: Fire) -> None:
         follow, fire.follow = fire.follow, None  # claimed below, after failover items

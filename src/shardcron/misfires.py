@@ -15,6 +15,7 @@ a write that failed) is its own.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from shardcron import execution, sharding
@@ -131,7 +132,7 @@ class Misfires:
         for reason, held in by_reason.items():
             self.skip(held, reason, when)
 
-    def skip(self, items: list[int], reason: str, when: float, misfire: bool = True) -> None:
+    def skip(self, items: Sequence[int], reason: str, when: float, misfire: bool = True) -> None:
         """Skip ``items`` of the fire of second ``when`` (their re-run waits for it)."""
         if not items:
             return
@@ -244,10 +245,9 @@ def _why_held(fires: list[Fire]) -> dict[int, str]:
     why: dict[int, str] = {}
     for fire in fires:
         ended = set(fire.items).issubset(fire.returned)
-        started = set(fire.started)
         for item in fire.items:
             if ended:
                 why.setdefault(item, COMPLETION_BEHIND)
             else:
-                why.setdefault(item, STILL_RUNNING if item in started else NOT_STARTED)
+                why.setdefault(item, STILL_RUNNING if item in fire.started else NOT_STARTED)
     return why

@@ -164,16 +164,11 @@ class HandOvers:
         returned: Callable[[T], None] | None = None,
     ) -> None:
         """``fire.Host.execute_at``."""
-        starts = self._starts
-
-        def run(work: Callable[[], T]) -> None:
-            starts.started()
-            result = work()
-            if returned is not None:
-                returned(result)
-            starts.ended(functools.partial(then, result))
-
         hold = hold_for(when, next_claim)
+        # A partial of a module function, not of a closure: a worker of thousands of jobs
+        # has thousands of fires staged at each collection of the garbage collector, and
+        # every object of them is one more for it to scan.
+        run = functools.partial(_run_staged, self._starts, then, returned)
         with self._lock:
             first = when not in self._staged
             held, tasks = self._staged.get(when, (hold, []))
@@ -188,6 +183,20 @@ class HandOvers:
         self._starts.handed(len(tasks), hold)
         for task in tasks:
             self._submit(task)
+
+
+def _run_staged(
+    starts: StartsFirst,
+    then: Callable[[T], None],
+    returned: Callable[[T], None] | None,
+    work: Callable[[], T],
+) -> None:
+    """On a worker: a staged item (see :meth:`HandOvers.stage`)."""
+    starts.started()
+    result = work()
+    if returned is not None:
+        returned(result)
+    starts.ended(functools.partial(then, result))
 
 
 def _run(reports: list[Report]) -> None:
