@@ -101,7 +101,9 @@ def main() -> None:
                 job_name=f"j{n}", sharding_total_count=1, cron="* * * * * ?", overwrite=True
             )
             scheduler.add_job(config, recorder(INSTANCE, 0.0))
+        began = time.monotonic()
         scheduler.start(connect_timeout=30)
+        print(f"started {args.jobs} jobs in {time.monotonic() - began:.1f} s", flush=True)
         try:
             time.sleep(args.settle)
             starts, cpu, began = item_starts(ledger), time.process_time(), time.monotonic()

@@ -223,8 +223,7 @@ class Firing:
         """On the second ``when`` of the fire that follows ``fire``: if ``fire``'s items
         still run, that fire misfired, as one claimed on its second would have."""
         delay = max(0.0, when - self.rt.host.now())
-        # A partial (see _claim_and_run): nearly every fire of a busy every-second job
-        # follows the one before it.
+        # A partial (see _claim_and_run): a busy every-second job's fires all follow.
         self.rt.host.call_later(delay, functools.partial(self._on_the_second, fire, when))
 
     def _on_the_second(self, fire: Fire, when: float) -> None:
@@ -304,10 +303,9 @@ class Firing:
         request = execution.Claiming(
             self.rt.cache, self.rt.paths, items, self.rt.instance, trust_cache=trust_cache
         )
-        # The request's result is the fire's claim from the start, and its answer comes to
-        # a partial, not a closure: a worker of thousands of jobs has thousands of claims in
-        # flight at each collection of the garbage collector, which scans every object of
-        # them (six fewer a fire here).
+        # The request's result is the fire's claim, and its answer goes to a partial, not a
+        # closure: a worker of thousands of jobs has thousands of claims in flight whenever
+        # the garbage collector runs, and it scans every object of them.
         fire = Fire(items, request.result, source, session, when, next_claim)
         self.hold(fire)
         self._claiming.append(fire)
@@ -324,8 +322,8 @@ class Firing:
     ) -> None:
         self._claiming.remove(fire)
         self.rt.guarded(lambda: self._on_claim(fire, request, error), "claim")
-        # How long it took tells the next lead, whether or not this one was claimed ahead:
-        # a herd's first fire, claimed once its layouts are written, teaches the next one.
+        # How long it took tells the next lead, claimed ahead or not: a herd's first fire,
+        # claimed once its layouts are written, teaches the next one.
         self.rt.claim_took(self.rt.host.now() - asked)
 
     def _on_claim(
@@ -445,8 +443,7 @@ class Firing:
     def _claim_check(self, item: int, token: int) -> Callable[[], bool]:
         if not self.rt.config.monitor_execution:
             return lambda: not self.rt.stopped
-        # A partial: each item of a fire in flight carries it (two objects for the garbage
-        # collector instead of five).
+        # A partial (see _claim_and_run): every item of a fire in flight carries one.
         return functools.partial(execution.is_current, self.rt.registry, self.rt.paths, item, token)
 
     def complete(self, fire: Fire) -> None:
