@@ -5,9 +5,9 @@
 One :class:`~shardcron.scheduler.Scheduler` with N every-second one-item jobs (the
 bench's job body, writing its ledger) on a throwaway ZooKeeper with the bench's settings.
 After ``--settle`` seconds of steady state it measures ``--seconds``: item starts a
-second, CPU per item start and the share of a core, and, per generation, the collections
-a second, the time in them and the objects they freed (``gc.callbacks``). A young
-collection that frees nothing scanned only fires in flight.
+second, CPU per item start and the share of a core, the process's threads, and, per
+generation, the collections a second, the time in them and the objects they freed
+(``gc.callbacks``). A young collection that frees nothing scanned only fires in flight.
 
 With ``--young`` the probe also counts the young generation's objects by kind at the
 start of each young collection (functions and partials by what they call, cells by what
@@ -23,6 +23,7 @@ import gc
 import logging
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -112,11 +113,13 @@ def main() -> None:
             probe.on = False
             starts = item_starts(ledger) - starts
             cpu, took = time.process_time() - cpu, time.monotonic() - began
+            threads = threading.active_count()
         finally:
             scheduler.stop(2)
     print(f"{args.jobs} every-second jobs, {took:.1f} s after {args.settle:g} s of steady state")
     print(f"item starts a second: {starts / took:,.0f}")
     print(f"CPU per item start: {cpu / max(starts, 1) * 1000:.3f} ms, {cpu / took:.0%} of a core")
+    print(f"threads: {threads}")
     for generation in (0, 1, 2):
         mine = [(s, freed) for g, s, freed in probe.done if g == generation]
         if mine:

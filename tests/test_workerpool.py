@@ -72,6 +72,40 @@ def test_an_item_blocked_in_its_thread_does_not_hold_back_the_queue() -> None:
         pool.shutdown()
 
 
+def test_a_garbage_collection_between_two_looks_is_not_a_stall() -> None:
+    # A collection stops every thread, so the queue does not move during it; taken for
+    # a stall, the collections of a busy worker (several a second) had its whole pool
+    # awake. Here a collection comes between every two looks of the watch while the only
+    # thread awake is blocked: no thread is woken until they stop.
+    looks = 0
+    collecting = True
+
+    def collections() -> int:
+        nonlocal looks
+        looks += 1
+        return looks if collecting else 0
+
+    pool = WorkerPool(4, "test-pool", stall=0.01, collections=collections)
+    release = threading.Event()
+    started: list[str] = []
+
+    def blocked() -> None:
+        started.append("blocked")
+        release.wait(60)
+
+    try:
+        pool.submit(blocked)
+        wait_until(lambda: started == ["blocked"], 10, "the blocked item")
+        pool.submit(lambda: started.append("next"))
+        wait_until(lambda: looks >= 10, 10, "ten looks of the stall watch")
+        assert started == ["blocked"]  # every look saw a collection: nothing was woken
+        collecting = False
+        wait_until(lambda: started == ["blocked", "next"], 10, "the next item")
+    finally:
+        release.set()
+        pool.shutdown()
+
+
 def test_past_the_cap_an_item_waits_for_a_free_thread() -> None:
     pool = WorkerPool(2, "test-pool")
     release = threading.Event()

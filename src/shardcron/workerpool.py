@@ -5,7 +5,9 @@ moves, the threads awake drain the queue. Another thread is woken (or started, u
 ``max_workers``) only when no thread is awake, or when the queue has not moved for
 :data:`STALL_SECONDS`: the threads awake are all blocked, in I/O or a long item. Each
 such stall wakes as many threads again as are awake, so a burst of blocking items has the
-whole pool within a few stalls.
+whole pool within a few stalls. A garbage collection in between is not a stall: it stops
+every thread, and the queue did not move because nothing ran (a busy worker of thousands
+of jobs collects a few times a second, 20-80 ms each, and had its whole pool awake).
 
 Why not a thread per queued item, as ``ThreadPoolExecutor`` does: every woken thread
 wants the GIL, and a thread running items of a few microseconds gives it up at each
@@ -21,6 +23,7 @@ for running items; an interpreter exiting without it abandons them, as a crash w
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections import deque
@@ -35,11 +38,23 @@ Work = Callable[[], None]
 STALL_SECONDS = 0.002
 
 
+def collections_so_far() -> int:
+    """The garbage collections of this process so far, of every generation."""
+    return sum(generation["collections"] for generation in gc.get_stats())
+
+
 class WorkerPool:
-    def __init__(self, max_workers: int, name: str, stall: float = STALL_SECONDS) -> None:
+    def __init__(
+        self,
+        max_workers: int,
+        name: str,
+        stall: float = STALL_SECONDS,
+        collections: Callable[[], int] = collections_so_far,
+    ) -> None:
         self.max_workers = max_workers
         self._name = name
         self._stall = stall
+        self._collections = collections
         self._work: deque[Work] = deque()
         self._lock = threading.Lock()
         self._watching = threading.Condition(self._lock)  # the stall watch waits on it
@@ -101,9 +116,10 @@ class WorkerPool:
 
     def _watch_stalls(self) -> None:
         """The queue has not moved if the work at its head is what it was at the last look
-        (each submit queues a new callable)."""
+        (each submit queues a new callable), and no garbage collection came in between."""
         with self._lock:
             seen: Work | None = None
+            collected = -1
             while not self._closed:
                 try:
                     head = self._work[0]
@@ -111,9 +127,10 @@ class WorkerPool:
                     self._watch_idle, seen = True, None
                     self._watching.wait()  # until submit queues work, or shutdown
                     continue
-                if head is seen:
+                collections = self._collections()
+                if head is seen and collections == collected:
                     self._wake(max(1, self._awake))
-                seen = head
+                seen, collected = head, collections
                 self._watching.wait(self._stall)
 
     def _run(self) -> None:
