@@ -310,28 +310,18 @@ class Firing:
         self.hold(fire)
         self._claiming.append(fire)
         asked = self.rt.host.released()  # a herd's claims are asked for in one timer tick
-        then = functools.partial(self._claim_answered, fire, request, asked)
+        then = functools.partial(self._claim_answered, fire, asked)
         self.rt.commits.submit(request, then)
 
-    def _claim_answered(
-        self,
-        fire: Fire,
-        request: execution.Claiming,
-        asked: float,
-        error: RegistryError | None,
-    ) -> None:
+    def _claim_answered(self, fire: Fire, asked: float, error: RegistryError | None) -> None:
         self._claiming.remove(fire)
-        self.rt.guarded(lambda: self._on_claim(fire, request, error), "claim")
+        self.rt.guarded(lambda: self._on_claim(fire, error), "claim")
         # How long it took tells the next lead, claimed ahead or not: a herd's first fire,
         # claimed once its layouts are written, teaches the next one.
         self.rt.claim_took(self.rt.host.now() - asked)
 
-    def _on_claim(
-        self,
-        fire: Fire,
-        request: execution.Claiming,
-        error: RegistryError | None,
-    ) -> None:
+    def _on_claim(self, fire: Fire, error: RegistryError | None) -> None:
+        """The claim's answer: ``fire.claim`` is the request's result, applied."""
         if isinstance(error, TransactionError):
             self.drop(fire)
             self._report(error)
@@ -340,7 +330,6 @@ class Firing:
             self._report(error)
             self._let_go_of_unsure()
         else:
-            fire.claim = request.result
             if fire.claim.versions:
                 self.rt.commits.claimed()
             if self.rt.stopped:
