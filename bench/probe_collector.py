@@ -5,7 +5,8 @@
 One :class:`~shardcron.scheduler.Scheduler` with N every-second one-item jobs (the
 bench's job body, writing its ledger) on a throwaway ZooKeeper with the bench's settings.
 After ``--settle`` seconds of steady state it measures ``--seconds``: item starts a
-second, CPU per item start and the share of a core, the process's threads, and, per
+second (by source: an overloaded worker skips fires and runs some as misfires), CPU per
+item start and the share of a core, the process's threads, and, per
 generation, the collections a second, the time in them and the objects they freed
 (``gc.callbacks``). A young collection that frees nothing scanned only fires in flight.
 
@@ -20,6 +21,8 @@ from __future__ import annotations
 import argparse
 import collections
 import gc
+import itertools
+import json
 import logging
 import os
 import tempfile
@@ -82,6 +85,14 @@ def item_starts(ledger: Path) -> int:
         return sum(1 for _ in lines)
 
 
+def by_source(ledger: Path, first: int, end: int) -> collections.Counter[str]:
+    """The sources (normal, misfire, ...) of ledger lines ``first`` to ``end``: read after
+    the window, as parsing them costs CPU."""
+    with ledger.open("rb") as lines:
+        window = itertools.islice(lines, first, end)
+        return collections.Counter(json.loads(line)["source"] for line in window)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=5000)
@@ -111,13 +122,16 @@ def main() -> None:
             probe.on = True
             time.sleep(args.seconds)
             probe.on = False
-            starts = item_starts(ledger) - starts
+            first, starts = starts, item_starts(ledger) - starts
             cpu, took = time.process_time() - cpu, time.monotonic() - began
             threads = threading.active_count()
         finally:
             scheduler.stop(2)
+        sources = by_source(ledger, first, first + starts)
     print(f"{args.jobs} every-second jobs, {took:.1f} s after {args.settle:g} s of steady state")
     print(f"item starts a second: {starts / took:,.0f}")
+    for source, count in sources.most_common():
+        print(f"  {source}: {count / took:,.0f} a second")
     print(f"CPU per item start: {cpu / max(starts, 1) * 1000:.3f} ms, {cpu / took:.0%} of a core")
     print(f"threads: {threads}")
     for generation in (0, 1, 2):

@@ -142,15 +142,16 @@ class Misfires:
             log.info(
                 "job %s: items %s skipped: %s%s", self.rt.name, item_ranges(items), reason, also
             )
-        self.rt.emit(
-            ItemsSkipped(
-                job_name=self.rt.name,
-                instance=self.rt.instance,
-                items=tuple(items),
-                reason=reason,
-                misfire=misfire,
+        if self.rt.observers:  # an overloaded worker skips thousands a second
+            self.rt.emit(
+                ItemsSkipped(
+                    job_name=self.rt.name,
+                    instance=self.rt.instance,
+                    items=tuple(items),
+                    reason=reason,
+                    misfire=misfire,
+                )
             )
-        )
         if misfire:
             self._misfired.update(items)
             for item in items:

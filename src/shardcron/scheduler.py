@@ -410,7 +410,9 @@ class Scheduler:
         then: Callable[[T], None],
         returned: Callable[[T], None] | None = None,
     ) -> None:
-        self._pool.submit(self._worker_task(work, then, returned))
+        # A partial of a module function, not a closure: an overloaded worker dispatches
+        # each fire late, through here, and the collector scans every object in flight.
+        self._pool.submit(functools.partial(_run_work, self.coordinate, work, then, returned))
 
     def execute_at(
         self,
@@ -421,20 +423,6 @@ class Scheduler:
         returned: Callable[[T], None] | None = None,
     ) -> None:
         self._handovers.stage(when, works, then, next_claim, returned)
-
-    def _worker_task(
-        self,
-        work: Callable[[], T],
-        then: Callable[[T], None],
-        returned: Callable[[T], None] | None,
-    ) -> Callable[[], None]:
-        def run() -> None:
-            result = work()
-            if returned is not None:
-                returned(result)
-            self.coordinate(lambda: then(result))
-
-        return run
 
     def coordinate(self, fn: Callable[[], None]) -> None:
         if self._coordinator is not None:
@@ -498,3 +486,16 @@ def _validate_without_callable(config: JobConfig) -> None:
     problems = [p for p in config.validate_all() if p.field != "callable"]
     if problems:
         raise problems[0]
+
+
+def _run_work(
+    coordinate: Callable[[Callable[[], None]], None],
+    work: Callable[[], T],
+    then: Callable[[T], None],
+    returned: Callable[[T], None] | None,
+) -> None:
+    """On a worker: ``work``, then ``returned`` there and ``then`` on the coordinator."""
+    result = work()
+    if returned is not None:
+        returned(result)
+    coordinate(functools.partial(then, result))

@@ -77,8 +77,13 @@ class ZooKeeperCaches:
                 tree = cache.tree
                 if kind == _DELETED:
                     changes.append((tree, path, _DELETED))
-                elif kind in (_CREATED, _CHANGED):
+                elif kind == _CREATED:
                     changes.append((tree, path, _TOUCH if tree.skip_data(path) else _FETCH))
+                elif kind == _CHANGED and not tree.skip_data(path):
+                    changes.append((tree, path, _FETCH))
+                # A change to a node tracked for existence only changes nothing in the
+                # tree: the node is there already (its creation, or the load, came first,
+                # and changes apply in order). Every claim touches its items' nodes.
         if changes:
             self.queue_changes(changes)
 
