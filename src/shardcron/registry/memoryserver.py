@@ -28,7 +28,7 @@ from shardcron.errors import (
     TransactionError,
 )
 from shardcron.registry import Check, Create, Delete, Op, OpResult, SetData, Stat
-from shardcron.registry.cache import is_below, join, parent_of
+from shardcron.registry.cache import join, parent_of
 
 
 class Session(Protocol):
@@ -247,7 +247,17 @@ class MemoryServer:
         return None
 
     def snapshot(self, root: str) -> dict[str, bytes]:
-        return {p: n.data for p, n in self._nodes.items() if is_below(p, root) and p != "/"}
+        """Every node at or below ``root`` but "/", walked from ``root``: a filter over all
+        nodes made a process of N jobs load its N caches in N² steps (5,000 jobs: a minute)."""
+        nodes, found = self._nodes, {}
+        below = [root] if root in nodes else []
+        while below:
+            path = below.pop()
+            node = nodes[path]
+            if path != "/":
+                found[path] = node.data
+            below.extend(join(path, name) for name in node.children)
+        return found
 
 
 def _copy(node: _Node) -> _Node:
