@@ -410,8 +410,7 @@ class Scheduler:
         then: Callable[[T], None],
         returned: Callable[[T], None] | None = None,
     ) -> None:
-        # A partial of a module function, not a closure: an overloaded worker dispatches
-        # each fire late, through here, and the collector scans every object in flight.
+        # A partial, not a closure: the collector scans every late fire's work in flight.
         self._pool.submit(functools.partial(_run_work, self.coordinate, work, then, returned))
 
     def execute_at(
