@@ -6,9 +6,9 @@ One :class:`~shardcron.scheduler.Scheduler` with N every-second one-item jobs (t
 bench's job body, writing its ledger) on a throwaway ZooKeeper with the bench's settings.
 After ``--settle`` seconds of steady state it measures ``--seconds``: item starts a
 second (by source: an overloaded worker skips fires and runs some as misfires), CPU per
-item start and the share of a core, the process's threads, and, per
-generation, the collections a second, the time in them and the objects they freed
-(``gc.callbacks``). A young collection that frees nothing scanned only fires in flight.
+item start and the share of a core, the process's threads, and, per generation, the
+collections a second, the time in them and the objects they freed (``gc.callbacks``). A
+young collection that frees nothing scanned only fires in flight.
 
 With ``--young`` the probe also counts the young generation's objects by kind at the
 start of each young collection (functions and partials by what they call, cells by what
