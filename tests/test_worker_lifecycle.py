@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
+import signal
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -418,6 +419,80 @@ def test_stopping_twice_returns_at_once(server: MemoryServer) -> None:
     began = time.monotonic()
     assert scheduler.stop(grace=1.0) == {}
     assert time.monotonic() - began < 0.5
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_run_forever_stops_on_a_signal_that_another_thread_takes(
+    server: MemoryServer, signum: signal.Signals
+) -> None:
+    """The kernel may give a signal sent to the process to any thread: one the pool or the
+    timer took left the main thread asleep in run_forever for good (2 runs in 40 under
+    load). Here the signal goes to a thread of the test's own, the same case made sure."""
+    before = signal.getsignal(signum)
+    scheduler = Scheduler(MemoryRegistry(server, "life"), instance_id=A)
+    scheduler.add_job(TICK, noop)
+    returned = threading.Event()
+    rescued: list[bool] = []
+    main = threading.get_ident()
+
+    def signal_from_another_thread() -> None:
+        wait_until(lambda: signal.getsignal(signum) is not before, what="handler installed")
+        signal.pthread_kill(threading.get_ident(), signum)  # this thread takes it
+        if not returned.wait(10):
+            rescued.append(True)  # the main thread slept through it: wake it to fail
+            signal.pthread_kill(main, signum)
+
+    sender = threading.Thread(target=signal_from_another_thread)
+    sender.start()
+    try:
+        scheduler.run_forever(grace=1.0)
+    finally:
+        returned.set()
+        sender.join()
+    assert not rescued
+    assert signal.getsignal(signum) is before
+    assert not scheduler.runtimes  # stopped: the jobs are gone
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_while_stopping_lets_running_items_finish(
+    server: MemoryServer, signum: signal.Signals, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ctrl-C pressed twice: the second one neither interrupts the stop nor the item."""
+    caplog.set_level(logging.INFO, logger="shardcron.scheduler")
+    started, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def slow(ctx: ShardingContext) -> None:
+        started.set()
+        if release.wait(10):
+            ended.set()
+
+    scheduler = Scheduler(MemoryRegistry(server, "life"), instance_id=A)
+    scheduler.add_job(JobConfig(job_name="slow", cron="* * * * * ?", sharding_total_count=1), slow)
+
+    def signal_twice() -> None:
+        try:
+            wait_until(started.is_set, what="the item started")
+            signal.pthread_kill(threading.get_ident(), signum)
+            wait_until(
+                lambda: any("stopping on" in r.getMessage() for r in caplog.records),
+                what="stopping",
+            )
+            signal.pthread_kill(threading.get_ident(), signum)
+        finally:
+            release.set()
+
+    sender = threading.Thread(target=signal_twice)
+    sender.start()
+    try:
+        scheduler.run_forever(grace=10.0)
+    finally:
+        release.set()
+        sender.join()
+    assert ended.is_set()
+    assert [r.getMessage() for r in caplog.records if "stopping on" in r.getMessage()] == [
+        f"stopping on {signum.name}: waiting up to 10s for running items"
+    ]
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ import functools
 import gc
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +48,7 @@ from shardcron.registry.cache import EventThread
 from shardcron.registryconfig import RegistryConfig
 from shardcron.runtime import ErrorHandler, JobRuntime
 from shardcron.startsfirst import HandOvers, StartsFirst
+from shardcron.stopsignals import StopSignals
 from shardcron.strategies import Strategy
 from shardcron.timers import Timers, logged
 from shardcron.tracing import open_tracer
@@ -375,17 +375,15 @@ class Scheduler:
         Items still running after ``grace`` end with the process, before their claims are
         released (exit status 3): their jobs fail them over once the session times out.
         """
-        stop = threading.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
-        if not self._started:
-            self.start()
-        stop.wait()
-        log.info("stopping: waiting up to %.0fs for running items", grace)
-        if self.stop(grace):
-            log.error("exiting with items still running; they fail over when the session ends")
-            logging.shutdown()
-            os._exit(3)
+        with StopSignals() as signals:  # a second signal during the grace changes nothing
+            if not self._started:
+                self.start()
+            received = signals.wait()
+            log.info("stopping on %s: waiting up to %.0fs for running items", received.name, grace)
+            if self.stop(grace):
+                log.error("exiting with items still running; they fail over when the session ends")
+                logging.shutdown()
+                os._exit(3)
 
     def trigger(self, job: str) -> None:
         """Run ``job``'s items on this instance now, outside its schedule."""
