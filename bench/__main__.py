@@ -18,7 +18,7 @@ from importlib.metadata import version
 from pathlib import Path
 from types import FrameType
 
-from bench import failover, lateness, resharding, roundtrips, scale
+from bench import failover, jobs, lateness, resharding, roundtrips, scale
 from bench.common import BenchZooKeeper, compile_bytecode, warm_up
 from bench.report import MISSED, Table
 
@@ -50,6 +50,10 @@ def machine(zk: BenchZooKeeper) -> list[str]:
         ),
         f"- speed: {loop_ns():.0f} ns per step of a plain Python loop (best of 3)",
         (
+            f"- job body: {_body_us():.1f} µs a start after its time is taken (its ledger "
+            "line built and written; every shardcron and APScheduler row runs it)"
+        ),
+        (
             f"- ZooKeeper {zk.version()} standalone on loopback: tickTime 500 ms, sessions "
             "1–60 s, fsync on, NIO connection factory (the Java baseline's settings)"
         ),
@@ -67,6 +71,11 @@ def loop_ns() -> float:
             total += i
         best = min(best, time.perf_counter() - began)
     return best / 2_000_000 * 1e9
+
+
+def _body_us() -> float:
+    with tempfile.TemporaryDirectory() as scratch:
+        return jobs.body_us(str(Path(scratch) / "ledger.jsonl"))
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
