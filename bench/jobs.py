@@ -14,7 +14,7 @@ The body is cheap on purpose: a herd worker runs 10,000 of them back to back, so
 costs after its start is taken delays the starts of all those after it. It reads the
 environment and the pid once, and writes its line with an f-string and the ``json``
 module's C string quoting (``json.dumps`` builds an encoder per call when given
-separators): about 4 µs a call where it was 22 µs on a 51 ns machine (``body_us`` measures
+separators): 2.6–3.7 µs a call where it was 22 µs on a 51 ns machine (``body_us`` measures
 it; the bench prints it with the machine).
 """
 
