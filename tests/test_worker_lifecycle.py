@@ -8,7 +8,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -421,6 +421,20 @@ def test_stopping_twice_returns_at_once(server: MemoryServer) -> None:
     assert time.monotonic() - began < 0.5
 
 
+def run_forever_beside(
+    scheduler: Scheduler, grace: float, sender: Callable[[], None], done: threading.Event
+) -> None:
+    """``scheduler.run_forever`` on this thread (the main one: it installs the handlers)
+    while ``sender`` runs on another; ``done`` is set once it returns."""
+    thread = threading.Thread(target=sender)
+    thread.start()
+    try:
+        scheduler.run_forever(grace=grace)
+    finally:
+        done.set()
+        thread.join()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_run_forever_stops_on_a_signal_that_another_thread_takes(
     server: MemoryServer, signum: signal.Signals
@@ -436,19 +450,15 @@ def test_run_forever_stops_on_a_signal_that_another_thread_takes(
     main = threading.get_ident()
 
     def signal_from_another_thread() -> None:
-        wait_until(lambda: signal.getsignal(signum) is not before, what="handler installed")
-        signal.pthread_kill(threading.get_ident(), signum)  # this thread takes it
+        try:
+            wait_until(lambda: signal.getsignal(signum) is not before, what="handler installed")
+        finally:
+            signal.pthread_kill(threading.get_ident(), signum)  # this thread takes it
         if not returned.wait(10):
             rescued.append(True)  # the main thread slept through it: wake it to fail
             signal.pthread_kill(main, signum)
 
-    sender = threading.Thread(target=signal_from_another_thread)
-    sender.start()
-    try:
-        scheduler.run_forever(grace=1.0)
-    finally:
-        returned.set()
-        sender.join()
+    run_forever_beside(scheduler, 1.0, signal_from_another_thread, returned)
     assert not rescued
     assert signal.getsignal(signum) is before
     assert not scheduler.runtimes  # stopped: the jobs are gone
@@ -473,7 +483,9 @@ def test_a_second_signal_while_stopping_lets_running_items_finish(
     def signal_twice() -> None:
         try:
             wait_until(started.is_set, what="the item started")
-            signal.pthread_kill(threading.get_ident(), signum)
+        finally:
+            signal.pthread_kill(threading.get_ident(), signum)  # the stop, whatever came
+        try:
             wait_until(
                 lambda: any("stopping on" in r.getMessage() for r in caplog.records),
                 what="stopping",
@@ -482,13 +494,7 @@ def test_a_second_signal_while_stopping_lets_running_items_finish(
         finally:
             release.set()
 
-    sender = threading.Thread(target=signal_twice)
-    sender.start()
-    try:
-        scheduler.run_forever(grace=10.0)
-    finally:
-        release.set()
-        sender.join()
+    run_forever_beside(scheduler, 10.0, signal_twice, release)
     assert ended.is_set()
     assert [r.getMessage() for r in caplog.records if "stopping on" in r.getMessage()] == [
         f"stopping on {signum.name}: waiting up to 10s for running items"
