@@ -50,7 +50,7 @@ def machine(zk: BenchZooKeeper) -> list[str]:
         ),
         f"- speed: {loop_ns():.0f} ns per step of a plain Python loop (best of 3)",
         (
-            f"- job body: {_body_us():.1f} µs a start after its time is taken (its ledger "
+            f"- job body: {jobs.body_us():.1f} µs a start after its time is taken (its ledger "
             "line built and written; every shardcron and APScheduler row runs it)"
         ),
         (
@@ -71,11 +71,6 @@ def loop_ns() -> float:
             total += i
         best = min(best, time.perf_counter() - began)
     return best / 2_000_000 * 1e9
-
-
-def _body_us() -> float:
-    with tempfile.TemporaryDirectory() as scratch:
-        return jobs.body_us(str(Path(scratch) / "ledger.jsonl"))
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
