@@ -198,6 +198,39 @@ def test_tree_cache_loads_and_follows_changes(backend: Backend) -> None:
     cache.close()
 
 
+def test_a_caches_children_follow_a_node_from_one_child_to_two_and_back_to_none(
+    backend: Backend,
+) -> None:
+    """A node with one child is kept apart from one with several (to save memory in big
+    layouts); whatever the count, the cache lists what the registry holds."""
+    writer, reader = backend.session(), backend.session()
+    writer.put("/job/sharding/0/instance", b"a")
+    writer.put("/job/sharding/1/instance", b"a")
+    cache = reader.tree_cache("/job")
+    item = "/job/sharding/0"
+    steps: list[tuple[Op, list[str]]] = [
+        (Create(f"{item}/misfire"), ["instance", "misfire"]),
+        (Delete(f"{item}/instance"), ["misfire"]),
+        (Create(f"{item}/instance", b"b"), ["instance", "misfire"]),
+        (Delete(f"{item}/misfire"), ["instance"]),
+        (Delete(f"{item}/instance"), []),
+        (Create(f"{item}/running"), ["running"]),
+    ]
+    for op, names in steps:
+        writer.transaction([op])
+
+        def shown(names: list[str] = names) -> bool:
+            return cache.children(item) == names
+
+        wait_until(shown, what=f"{names} after {op}")
+    assert cache.get("/job/sharding/1/instance") == b"a"
+    writer.delete("/job/sharding", recursive=True)
+    wait_until(lambda: not cache.exists("/job/sharding"), what="the layout gone")
+    assert cache.children("/job") == []
+    assert cache.children(item) == []
+    cache.close()
+
+
 def test_a_caches_values_version_moves_with_values_not_flags(backend: Backend) -> None:
     """What is read from values alone (the items' owners, on every fire) is kept while
     the values' version stands: the claims of every fire, empty flags, leave it alone."""

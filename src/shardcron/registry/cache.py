@@ -60,6 +60,24 @@ class EventThread:
                 log.exception("registry event handler failed")
 
 
+# Small values repeat, in every tree of the process: an item's owner is one of a few
+# instance ids, in thousands of items and in each session's cache. Values up to this size
+# are kept once (see _shared), this many at most: the table empties when full.
+_SHARED_VALUE_BYTES = 64
+_SHARED_VALUES = 4096
+_shared_values: dict[bytes, bytes] = {}
+
+
+def _shared(data: bytes) -> bytes:
+    """``data``, or an equal value kept already. Any event thread may call it: each dict
+    operation is atomic, and a race costs only a value not shared."""
+    if len(data) > _SHARED_VALUE_BYTES:
+        return data
+    if len(_shared_values) >= _SHARED_VALUES:
+        _shared_values.clear()
+    return _shared_values.setdefault(data, data)
+
+
 def parent_of(path: str) -> str:
     head = path.rsplit("/", 1)[0]
     return head or "/"
@@ -97,7 +115,9 @@ class LocalTree:
         self._on_close = on_close
         self._lock = threading.Lock()
         self._data: dict[str, bytes] = {}
-        self._children: dict[str, set[str]] = {}
+        # A node's child names: one name as a plain str (most nodes with children have
+        # one: an item's ``instance``), a set from the second on. A set costs 216 bytes.
+        self._children: dict[str, str | set[str]] = {}
         self.version = 0  # bumped by every change: an equal version means equal contents
         self.values_version = 0  # bumped by every change to a value (see TreeCache)
         self.closed = False
@@ -115,7 +135,7 @@ class LocalTree:
 
     def children(self, path: str) -> list[str]:
         with self._lock:
-            return sorted(self._children.get(path, ()))
+            return sorted(self._names(path))
 
     def close(self) -> None:
         self.closed = True
@@ -135,6 +155,7 @@ class LocalTree:
         old = self._data.get(path)
         if old is not None:
             if old != data:
+                data = _shared(data)
                 with self._lock:
                     self._data[path] = data
                     self.version += 1
@@ -176,10 +197,13 @@ class LocalTree:
                     self.values_version += 1
                 self.version += 1
                 self._children.pop(p, None)
-                parent = parent_of(p)
+                parent, name = p.rsplit("/", 1)
+                parent = parent or "/"
                 siblings = self._children.get(parent)
-                if siblings is not None:
-                    siblings.discard(p.rsplit("/", 1)[1])
+                if siblings == name:
+                    del self._children[parent]
+                elif isinstance(siblings, set):
+                    siblings.discard(name)
                     if not siblings:
                         del self._children[parent]
                 events.append(NodeEvent(EventType.REMOVED, p, b""))
@@ -201,21 +225,32 @@ class LocalTree:
     def _subtree(self, path: str) -> list[str]:
         """``path`` and its descendants, deepest first (walks the subtree, not the tree)."""
         found: list[str] = []
-        for name in sorted(self._children.get(path, ())):
+        for name in sorted(self._names(path)):
             found += self._subtree(join(path, name))
         found.append(path)
         return found
 
+    def _names(self, path: str) -> Iterable[str]:
+        names = self._children.get(path, ())
+        return (names,) if isinstance(names, str) else names
+
     def _add(self, path: str, data: bytes) -> None:
-        self._data[path] = data
+        self._data[path] = _shared(data)
         self.version += 1
         if data:
             self.values_version += 1
         # Leaves have no entry in _children, and the names (the same few in every job:
         # running, lease, instance...) are shared: 2 KiB less memory per job.
         if path != self.root:
-            name = sys.intern(path.rsplit("/", 1)[1])
-            self._children.setdefault(parent_of(path), set()).add(name)
+            parent, name = path.rsplit("/", 1)
+            parent, name = parent or "/", sys.intern(name)
+            names = self._children.get(parent)
+            if names is None:
+                self._children[parent] = name
+            elif isinstance(names, set):
+                names.add(name)
+            elif names != name:
+                self._children[parent] = {names, name}
 
     def _emit(self, events: list[NodeEvent]) -> None:
         for event in events:
