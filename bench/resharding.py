@@ -219,9 +219,9 @@ class Monitor:
 
     def launched_fully(self, done: float) -> None:
         """The first complete fire's last item started at ``done``: the launch's phases
-        end. A layout the half-second poll had not seen yet was written by then (later
-        polls would see the join's layout instead)."""
-        self.tick(force=True)
+        end. A layout the half-second poll had not seen yet was written by then; a poll
+        now, later than ``done``, would time it later than that fire (and later polls
+        would see the join's layout instead)."""
         self._launching = False
         if math.isnan(self.written):
             self.written, self.written_by = done - self.launched, True
