@@ -83,6 +83,12 @@ def parent_of(path: str) -> str:
     return head or "/"
 
 
+def _split(path: str) -> tuple[str, str]:
+    """``path``'s parent and its own name."""
+    parent, _, name = path.rpartition("/")
+    return parent or "/", name
+
+
 def join(parent: str, child: str) -> str:
     return f"{parent.rstrip('/')}/{child}"
 
@@ -197,8 +203,7 @@ class LocalTree:
                     self.values_version += 1
                 self.version += 1
                 self._children.pop(p, None)
-                parent, name = p.rsplit("/", 1)
-                parent = parent or "/"
+                parent, name = _split(p)
                 siblings = self._children.get(parent)
                 if siblings == name:
                     del self._children[parent]
@@ -242,8 +247,8 @@ class LocalTree:
         # Leaves have no entry in _children, and the names (the same few in every job:
         # running, lease, instance...) are shared: 2 KiB less memory per job.
         if path != self.root:
-            parent, name = path.rsplit("/", 1)
-            parent, name = parent or "/", sys.intern(name)
+            parent, name = _split(path)
+            name = sys.intern(name)
             names = self._children.get(parent)
             if names is None:
                 self._children[parent] = name
