@@ -17,10 +17,10 @@ from typing import ClassVar
 
 from shardcron.config import JobConfig
 from shardcron.events import Event, ItemFinished
+from shardcron.lanes import ErrorHandler
 from shardcron.model import FireContext, ShardingContext
 from shardcron.paths import JobPaths
 from shardcron.registry import Registry
-from shardcron.runtime import ErrorHandler
 from shardcron.scheduler import Scheduler
 from shardcron.testing import ZooKeeperServer
 from tests.cluster import Cluster, Recorder

@@ -7,9 +7,10 @@ from contextlib import ExitStack
 
 import pytest
 
-from shardcron import plugins
 from shardcron.config import JobConfig
 from shardcron.errors import ConfigError, ShardcronError
+from shardcron.jobconfig import declare
+from shardcron.lanes import ErrorHandler
 from shardcron.listeners import (
     DistributeOnceListener,
     DistributeOnceTimeoutError,
@@ -21,7 +22,6 @@ from shardcron.model import FireContext, ShardingContext
 from shardcron.paths import JobPaths
 from shardcron.registry import Registry
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.runtime import ErrorHandler
 from shardcron.scheduler import Scheduler
 from shardcron.testing import ZooKeeperServer
 from tests import job_samples
@@ -37,7 +37,7 @@ A, B, C = (f"127.0.0.{n}@-@{3200 + n}" for n in range(1, 4))
 def declared_and_loaded(*refs: str) -> list[JobListener]:
     """As a worker does: the local declaration imports its refs, then they are loaded."""
     job = JobConfig(job_name="j", sharding_total_count=1, job_listener_types=refs)
-    plugins.declare(job, with_callable=False)
+    declare(job, with_callable=False)
     return load_listeners(refs)
 
 

@@ -20,8 +20,7 @@ from shardcron.config import JobConfig
 from shardcron.paths import JobPaths
 from shardcron.registry import Registry
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.snakeyaml import Props, _dump_whole, dump_bean, java_props_order
-from shardcron.strategies import java_string_hash
+from shardcron.snakeyaml import Props, _dump_whole, dump_bean, java_props_order, java_string_hash
 
 BELL = "ring\x07 twice"
 BELL_B64 = base64.b64encode(BELL.encode()).decode()  # cmluZwcgdHdpY2U=

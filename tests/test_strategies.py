@@ -20,13 +20,13 @@ from shardcron.errors import ConfigError, ShardcronError, ShardingError
 from shardcron.paths import JobPaths
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.sharding import reshard
+from shardcron.snakeyaml import java_string_hash
 from shardcron.strategies import (
     STRATEGIES,
     Strategy,
     _best_scores,
     _score_table,
     avg_allocation,
-    java_string_hash,
     odevity,
     order_instances,
     register_strategy,

@@ -24,7 +24,7 @@ from shardcron.conversion import (
 from shardcron.drift import apply_settings, drift, drift_notice
 from shardcron.errors import ConfigError
 from shardcron.instancerecord import InstanceRecord, instance_yaml, parse_instance_yaml
-from shardcron.jobconfig import JobConfig, _parse_job, resolve_callable
+from shardcron.jobconfig import JobConfig, _parse_job, declare, resolve_callable
 from shardcron.jobtypes import (
     CALLABLE_PROP,
     DEFAULT_ERROR_HANDLER,
@@ -269,7 +269,7 @@ def _jobs_from_file(
             # A field that failed to convert holds a stand-in; do not report it twice.
             failed = {err.field for err in job_errors}
             try:
-                plugins.declare(cfg, with_callable=cfg.type in (JobType.SIMPLE, JobType.DATAFLOW))
+                declare(cfg, with_callable=cfg.type in (JobType.SIMPLE, JobType.DATAFLOW))
             except ConfigError as err:
                 failed.add(err.field)
                 errors.append(err)

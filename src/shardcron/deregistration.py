@@ -50,7 +50,7 @@ from shardcron.registry import (
 )
 
 if TYPE_CHECKING:
-    from shardcron.fire import Host
+    from shardcron.host import Host
     from shardcron.runtime import JobRuntime
 
 log = logging.getLogger(__name__)

@@ -50,8 +50,8 @@ from shardcron.errors import ConfigError
 from shardcron.jobconfig import JobConfig
 from shardcron.jobs import http_request, positive_prop, url_problem
 from shardcron.jobtypes import ERROR_HANDLERS
+from shardcron.lanes import ErrorHandler
 from shardcron.model import ShardingContext, default_instance_id
-from shardcron.runtime import ErrorHandler
 from shardcron.secrecy import redact_url
 
 log = logging.getLogger(__name__)

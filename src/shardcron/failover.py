@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from shardcron import execution, groupcommit, membership, sharding
 from shardcron.errors import RegistryError, TransactionError
 from shardcron.events import FailoverClaimed
-from shardcron.fire import Fire
+from shardcron.inflight import Fire
 from shardcron.model import ExecutionSource
 from shardcron.paths import JobPaths
 from shardcron.registry import Create, Delete, Op, TreeCache

@@ -4,7 +4,7 @@
 the coordinator thread only. Its timer (:mod:`shardcron.firetimer`) arms the next fire
 from the job's trigger; it claims the instance's items ahead of the second (one
 multi-op, or one per part of a fire too big for one), hands them to the fire path
-(:mod:`shardcron.fire`) on the second, completes the claim when the last item returns
+(:mod:`shardcron.lanes`) on the second, completes the claim when the last item returns
 (one multi-op), has skipped items re-run once (:mod:`shardcron.misfires`) and queued
 failover items claimed (:mod:`shardcron.failover`). A fire found while resharding is
 pending waits (one per job, coalesced) for the new layout instead of holding a thread. A
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 from shardcron import election, execution, failover, sharding
 from shardcron.clockskew import ClockCheck
 from shardcron.errors import RegistryError, ShardcronError, TransactionError
-from shardcron.fire import Fire, FirePath
 from shardcron.firetimer import FireTimer
 from shardcron.idleflag import IdleFlag
+from shardcron.inflight import Fire, Lanes
 from shardcron.localitems import LocalItems
 from shardcron.misfires import Misfires
 from shardcron.model import ExecutionSource, ShardingContext, item_ranges, task_id
@@ -47,7 +47,7 @@ class _Pending:
 
 
 class Firing:
-    def __init__(self, rt: JobRuntime, path: FirePath) -> None:
+    def __init__(self, rt: JobRuntime, path: Lanes) -> None:
         self.rt = rt
         self.path = path
         self.idle = IdleFlag()

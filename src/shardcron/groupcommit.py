@@ -35,7 +35,7 @@ from shardcron.errors import RegistryError, TransactionError
 from shardcron.registry import Answer, Op, Registry, fitting, prefix_bytes
 
 if TYPE_CHECKING:
-    from shardcron.fire import Host
+    from shardcron.host import Host
 
 log = logging.getLogger(__name__)
 

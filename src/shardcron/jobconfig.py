@@ -11,12 +11,13 @@ unknown top-level keys.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from shardcron import plugins
+from shardcron import plugins, secrecy
 from shardcron.conversion import (
+    _choices,
     _convert,
     _job_type,
     _Kind,
@@ -30,14 +31,18 @@ from shardcron.jobtypes import (
     DEFAULT_ERROR_HANDLER,
     DEFAULT_EXECUTOR_SERVICE_HANDLER,
     DEFAULT_SHARDING_STRATEGY,
+    ERROR_HANDLERS,
     EXECUTOR_KEY,
     EXECUTOR_KEY_305,
+    EXECUTOR_SERVICE_HANDLERS,
+    HTTP_METHODS,
     PROP_PREFIX,
+    SHARDING_STRATEGIES,
     TYPE_PROP,
     JobType,
 )
+from shardcron.plugins import Kind
 from shardcron.snakeyaml import Props, RegistryLoader, dump_bean, java_props, load
-from shardcron.validation import _problems
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +201,33 @@ def resolve_callable(ref: str, *, field: str = "callable") -> object:
     return plugins.import_ref(ref, field=field)
 
 
+def declare(config: JobConfig, *, with_callable: bool) -> None:
+    """Import what a *locally declared* job names by ``module:qualname`` and register it.
+
+    ``with_callable`` also checks that the job's callable imports (when no code was given).
+    Raises a ConfigError naming the job and the field.
+    """
+    try:
+        strategy = config.job_sharding_strategy_type
+        if strategy and ":" in strategy and plugins.lookup(plugins.Kind.STRATEGY, strategy) is None:
+            plugins.register(
+                plugins.Kind.STRATEGY,
+                strategy,
+                plugins.import_ref(strategy, field=str(plugins.Kind.STRATEGY)),
+            )
+        for ref in config.job_listener_types:
+            if ":" in ref and plugins.lookup(plugins.Kind.LISTENER, ref) is None:
+                plugins.register(
+                    plugins.Kind.LISTENER,
+                    ref,
+                    plugins.import_ref(ref, field=str(plugins.Kind.LISTENER)),
+                )
+        if with_callable and config.callable:
+            plugins.import_ref(config.callable)
+    except ConfigError as err:
+        raise ConfigError(err.field, err.problem, job=config.job_name) from None
+
+
 # --- the YAML keys of a job --------------------------------------------------------------
 
 
@@ -302,3 +334,114 @@ def _split_python_props(
             errors.append(ConfigError(err.field, err.problem, job=job))
     kwargs["props"] = Props(props)
     return errors
+
+
+# --- the semantic checks: what must hold before a job can run -----------------------------
+# Each check yields ``(field, problem)`` pairs and never imports code (callables are imported
+# where a job is declared, :func:`declare`).
+
+
+def _problems(cfg: JobConfig, *, registered_only: bool) -> Iterator[tuple[str, str]]:
+    yield from _job_name_problems(cfg.job_name)
+    if cfg.sharding_total_count <= 0:
+        yield "shardingTotalCount", f"must be at least 1; got {cfg.sharding_total_count}"
+    yield from _cron_problems(cfg)
+    yield from _sharding_parameter_problems(cfg)
+    handler = cfg.job_executor_service_handler_type
+    if handler and handler not in EXECUTOR_SERVICE_HANDLERS:
+        yield EXECUTOR_KEY, f"unknown type {handler!r}; use {_choices(EXECUTOR_SERVICE_HANDLERS)}"
+    names = [
+        (Kind.STRATEGY, cfg.job_sharding_strategy_type, SHARDING_STRATEGIES),
+        (Kind.ERROR_HANDLER, cfg.job_error_handler_type, ERROR_HANDLERS),
+        *((Kind.LISTENER, name, ()) for name in cfg.job_listener_types),
+    ]
+    for kind, name, builtins in names:
+        problem = plugins.name_problem(kind, name or "", builtins, registered_only=registered_only)
+        if problem:
+            yield str(kind), problem
+    yield from _type_problems(cfg)
+    yield from secrecy.literal_secret_problems(cfg.props)
+    if cfg.failover and not cfg.monitor_execution:
+        yield "failover", "needs monitorExecution: true (failover tracks running items)"
+    if cfg.max_time_diff_seconds < -1:
+        yield (
+            "maxTimeDiffSeconds",
+            f"must be -1 (no check) or more; got {cfg.max_time_diff_seconds}",
+        )
+    if cfg.reconcile_interval_minutes < 0:
+        yield (
+            "reconcileIntervalMinutes",
+            f"must be 0 (off) or more; got {cfg.reconcile_interval_minutes}",
+        )
+    for reserved, instead in ((TYPE_PROP, "type"), (CALLABLE_PROP, "callable")):
+        if reserved in cfg.props:
+            yield f"props.{reserved}", f"reserved; set {instead!r} instead"
+
+
+def _job_name_problems(name: str) -> Iterator[tuple[str, str]]:
+    if not name:
+        yield "jobName", "must not be empty"
+    elif "/" in name:
+        yield "jobName", f"{name!r} contains '/'; a job name is a single registry node name"
+    elif name in (".", ".."):
+        yield "jobName", f"{name!r} is not a valid registry node name"
+    elif any(_forbidden_in_znode(ch) for ch in name):
+        yield "jobName", f"{name!r} contains a control or reserved character"
+
+
+def _forbidden_in_znode(ch: str) -> bool:
+    # The characters ZooKeeper's path validation rejects.
+    code = ord(ch)
+    return (
+        code <= 0x1F or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xF8FF or 0xFFF0 <= code <= 0xFFFF
+    )
+
+
+def _cron_problems(cfg: JobConfig) -> Iterator[tuple[str, str]]:
+    if not cfg.cron:
+        return
+    # Imported here: trigger is the heavier module and may itself import config.
+    from shardcron.trigger import CronTrigger
+
+    try:
+        CronTrigger.parse(cfg.cron, cfg.time_zone)
+    except ConfigError as err:
+        yield err.field, err.problem
+
+
+def _sharding_parameter_problems(cfg: JobConfig) -> Iterator[tuple[str, str]]:
+    try:
+        items = parse_sharding_item_parameters(cfg.sharding_item_parameters)
+    except ConfigError as err:
+        yield err.field, err.problem
+        return
+    total = cfg.sharding_total_count
+    if total <= 0:
+        return
+    for item in items:
+        if not 0 <= item < total:
+            yield (
+                "shardingItemParameters",
+                f"item {item} is out of range 0..{total - 1} (shardingTotalCount is {total})",
+            )
+
+
+def _type_problems(cfg: JobConfig) -> Iterator[tuple[str, str]]:
+    if cfg.type is JobType.SCRIPT and not cfg.prop("script.command.line", "").strip():
+        yield "props.script.command.line", "required for SCRIPT jobs: the command line to run"
+    if cfg.type is JobType.HTTP:
+        if not cfg.prop("http.uri", "").strip():
+            yield "props.http.uri", "required for HTTP jobs: the URL to call"
+        method = cfg.prop("http.method", "").strip()
+        if not method:
+            yield "props.http.method", f"required for HTTP jobs: one of {_choices(HTTP_METHODS)}"
+        elif method.upper() not in HTTP_METHODS:
+            yield "props.http.method", f"unknown method {method!r}; use {_choices(HTTP_METHODS)}"
+    if cfg.type in (JobType.SIMPLE, JobType.DATAFLOW):
+        # Only the form: the code is imported where the job is declared (plugins.declare),
+        # never because a registry value names it.
+        module, sep, qualname = (cfg.callable or "").partition(":")
+        if not cfg.callable:
+            yield "callable", f"required for {cfg.type} jobs: 'module:qualname' of the function"
+        elif not sep or not module.strip() or not qualname.strip():
+            yield "callable", f"{cfg.callable!r} is not 'module:qualname' (e.g. myapp.jobs:run)"

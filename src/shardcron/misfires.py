@@ -25,8 +25,8 @@ from shardcron.model import ExecutionSource, item_ranges
 from shardcron.registry import Create, Delete
 
 if TYPE_CHECKING:
-    from shardcron.fire import Fire
     from shardcron.firing import Firing
+    from shardcron.inflight import Fire
     from shardcron.runtime import JobRuntime
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from shardcron.paths import instance_id
+INSTANCE_DELIMITER = "@-@"
+
+
+def instance_id(ip: str, pid: int) -> str:
+    """An instance's id as ElasticJob writes it: ``{ip}@-@{pid}``."""
+    return f"{ip}{INSTANCE_DELIMITER}{pid}"
+
+
+def instance_ip(instance: str) -> str:
+    return instance.split(INSTANCE_DELIMITER, 1)[0]
 
 
 class ServerStatus(StrEnum):

@@ -26,15 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-INSTANCE_DELIMITER = "@-@"
+from shardcron.model import INSTANCE_DELIMITER, instance_id, instance_ip
 
-
-def instance_id(ip: str, pid: int) -> str:
-    return f"{ip}{INSTANCE_DELIMITER}{pid}"
-
-
-def instance_ip(instance: str) -> str:
-    return instance.split(INSTANCE_DELIMITER, 1)[0]
+__all__ = ["INSTANCE_DELIMITER", "JobPaths", "instance_id", "instance_ip", "job_of"]
 
 
 def job_of(path: str) -> str:

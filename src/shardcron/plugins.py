@@ -25,12 +25,8 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from shardcron.errors import ConfigError
-
-if TYPE_CHECKING:
-    from shardcron.jobconfig import JobConfig
 
 
 class Kind(StrEnum):
@@ -109,25 +105,6 @@ def register_refs(kind: Kind, refs: Mapping[str, str], *, source: str) -> None:
     """Import each ``name: module:qualname`` of a local file and register it."""
     for name, ref in refs.items():
         register(kind, name, import_ref(ref, field=f"{source}.{name}"))
-
-
-def declare(config: JobConfig, *, with_callable: bool) -> None:
-    """Import what a *locally declared* job names by ``module:qualname`` and register it.
-
-    ``with_callable`` also checks that the job's callable imports (when no code was given).
-    Raises a ConfigError naming the job and the field.
-    """
-    try:
-        strategy = config.job_sharding_strategy_type
-        if strategy and ":" in strategy and lookup(Kind.STRATEGY, strategy) is None:
-            register(Kind.STRATEGY, strategy, import_ref(strategy, field=str(Kind.STRATEGY)))
-        for ref in config.job_listener_types:
-            if ":" in ref and lookup(Kind.LISTENER, ref) is None:
-                register(Kind.LISTENER, ref, import_ref(ref, field=str(Kind.LISTENER)))
-        if with_callable and config.callable:
-            import_ref(config.callable)
-    except ConfigError as err:
-        raise ConfigError(err.field, err.problem, job=config.job_name) from None
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")

@@ -1,9 +1,9 @@
 """One job on one instance: a state machine fed by events, deciding on one thread.
 
 Inputs, all handled on the coordinator thread: registry cache events, session changes,
-timer ticks, item completions (from :mod:`shardcron.fire`) and the periodic heal tick.
+timer ticks, item completions (from :mod:`shardcron.lanes`) and the periodic heal tick.
 Registry requests are made from there too, so no two decisions race. Kazoo, the worker
-pool and the clock stay at the edges (:class:`shardcron.fire.Host`), which is what lets
+pool and the clock stay at the edges (:class:`shardcron.host.Host`), which is what lets
 :mod:`shardcron.simulation` run many instances on a virtual clock with injected faults.
 
 Coordination is level-triggered: whatever a fault left behind is found again by the
@@ -31,15 +31,14 @@ from shardcron.events import (
     LeaderChanged,
     Observer,
 )
-from shardcron.fire import ErrorHandler, FirePath, Host
 from shardcron.firing import Firing
 from shardcron.groupcommit import GroupCommit
+from shardcron.host import Host
 from shardcron.idleflag import IdleFlag
+from shardcron.inflight import LaneHooks, LanesFactory
 from shardcron.jobconfig import JobConfig
-from shardcron.jobs import ItemRunner
-from shardcron.listeners import JobListener, ordered
 from shardcron.misfires import MissedFires, RepeatedLines
-from shardcron.model import ExecutionSource, ShardingContext, item_ranges
+from shardcron.model import ExecutionSource, item_ranges
 from shardcron.paths import JobPaths
 from shardcron.registry import (
     CacheSpec,
@@ -60,13 +59,6 @@ log = logging.getLogger(__name__)
 # Leaves whose changes need no reaction: claims, flags, failover marks, owners, versions.
 _QUIET_LEAVES = frozenset({"running", "misfire", "failover", "failovering", "instance"})
 
-__all__ = ["ErrorHandler", "Host", "JobRuntime", "needs_value"]
-
-
-def _log_error(job: str, ctx: ShardingContext | None, error: BaseException) -> None:
-    item = "" if ctx is None else f" item {ctx.sharding_item}"
-    log.error("job %s%s failed: %s", job, item, error, exc_info=error)
-
 
 def needs_value(paths: JobPaths, path: str) -> bool:
     """Whether the cache must fetch ``path``'s value. Flags (``running``, ``misfire``, ...)
@@ -82,7 +74,7 @@ class JobRuntime:
     def __init__(
         self,
         config: JobConfig,
-        runner: ItemRunner,
+        lanes: LanesFactory,
         registry: Registry,
         instance: str,
         ip: str,
@@ -94,8 +86,6 @@ class JobRuntime:
         heal_every: Callable[[], float] = lambda: healing.HEAL_SECONDS,
         on_detach: Callable[[JobRuntime], None] = lambda _rt: None,
         observers: list[Observer] | None = None,
-        listeners: list[JobListener] | None = None,
-        error_handler: ErrorHandler | None = None,
         commits: GroupCommit | None = None,
         missed: MissedFires | None = None,
         repeated: RepeatedLines | None = None,
@@ -120,26 +110,17 @@ class JobRuntime:
         self.departures = departures or deregistration.Departures(registry, host)  # likewise
         self.on_detach = on_detach
         self.observers = observers if observers is not None else []  # the scheduler's list
-        self.listeners = ordered(listeners or [])
-        self.firing = Firing(
-            self,
-            FirePath(
-                config.job_name,
-                instance,
-                ip,
-                host,
-                runner,
-                self.listeners,
-                error_handler or _log_error,
+        self.lanes = lanes(
+            LaneHooks(
                 self.emit,
-                self.observers,
                 lambda fire: self.guarded(lambda: self.firing.complete(fire), "completion"),
                 lambda fire: self.firing.claim_holds(fire),
                 lambda fire, items: self.firing.misfires.skip(
                     items, "registry connection or session lost meanwhile", fire.when
                 ),
-            ),
+            )
         )
+        self.firing = Firing(self, self.lanes)
         self.trigger = _trigger(config)
         self.stopped = False
         self._cache: TreeCache | None = None
@@ -212,10 +193,7 @@ class JobRuntime:
 
     def begin(self) -> None:
         """Registered: run."""
-        for listener in self.listeners:
-            bind = getattr(listener, "bind", None)
-            if bind is not None:  # distributed listeners coordinate through the registry
-                bind(self.registry, self.paths, self.instance)
+        self.lanes.bind(self.registry, self.paths, self.instance)
         self._ready = True
         self.host.coordinate(self._begin)
         log.info("job %s started on %s", self.name, self.instance)
@@ -322,10 +300,7 @@ class JobRuntime:
 
     def left(self) -> None:
         """Deregistration is over (done, or given up on): let go of everything."""
-        for listener in self.listeners:
-            unbind = getattr(listener, "unbind", None)
-            if unbind is not None:
-                unbind()
+        self.lanes.unbind()
         if self._cache is not None:
             self._cache.close()
         self.idle.set()

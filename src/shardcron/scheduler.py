@@ -35,8 +35,9 @@ from shardcron.errorhandlers import make_error_handler
 from shardcron.errors import ConfigError, RegistryError, ShardcronError
 from shardcron.events import Observer
 from shardcron.groupcommit import GroupCommit
-from shardcron.jobconfig import JobConfig
+from shardcron.jobconfig import JobConfig, declare
 from shardcron.jobs import AsyncLoop, make_runner
+from shardcron.lanes import ErrorHandler, lanes_for
 from shardcron.listeners import JobListener, load_listeners
 from shardcron.metrics import Metrics
 from shardcron.misfires import MissedFires, RepeatedLines
@@ -46,7 +47,7 @@ from shardcron.registration import GROUP_SIZE, start_together
 from shardcron.registry import Registry, SessionState, open_registry
 from shardcron.registry.cache import EventThread
 from shardcron.registryconfig import RegistryConfig
-from shardcron.runtime import ErrorHandler, JobRuntime
+from shardcron.runtime import JobRuntime
 from shardcron.startsfirst import HandOvers, StartsFirst
 from shardcron.stopsignals import StopSignals
 from shardcron.strategies import Strategy
@@ -166,7 +167,7 @@ class Scheduler:
 
         ``listeners`` run before and after each fire, with those ``jobListenerTypes`` names.
         """
-        plugins.declare(config, with_callable=target is None)  # the local declaration's code
+        declare(config, with_callable=target is None)  # the local declaration's code
         if target is None:
             config.validate()
         else:
@@ -256,9 +257,19 @@ class Scheduler:
             runner = make_runner(config, target, self._loop)
             listeners = listeners + load_listeners(config.job_listener_types)
             error_handler = make_error_handler(config, self.instance_id) or self._error_handler
+            lanes = lanes_for(
+                config.job_name,
+                self.instance_id,
+                self.ip,
+                self,
+                runner,
+                observers=self.observers,
+                listeners=listeners,
+                error_handler=error_handler,
+            )
             runtime = JobRuntime(
                 config,
-                runner,
+                lanes,
                 self.registry,
                 self.instance_id,
                 self.ip,
@@ -269,8 +280,6 @@ class Scheduler:
                 heal_every=self._heal_every,
                 on_detach=self._detached,
                 observers=self.observers,
-                listeners=listeners,
-                error_handler=error_handler,
                 commits=self._commits,
                 departures=self._departures,
                 missed=self._missed,

@@ -28,7 +28,6 @@ import yaml
 from yaml.emitter import ScalarAnalysis
 
 from shardcron.errors import ConfigError
-from shardcron.strategies import java_string_hash
 
 # SnakeYAML's StreamReader.isPrintable, as a pattern of what it is not.
 _UNPRINTABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -36,6 +35,15 @@ _LINE_BREAK = re.compile("[\n\x85\u2028\u2029]")
 _BINARY_TAG = "tag:yaml.org,2002:binary"
 # Java 9+ `new Properties()` holds a ConcurrentHashMap of 16 bins, grown at 3/4 full.
 _FIRST_TABLE = 16
+
+
+def java_string_hash(s: str) -> int:
+    """Java ``String.hashCode``: over UTF-16 code units, wrapped to a signed 32-bit int."""
+    units = s.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return h - 2**32 if h >= 2**31 else h
 
 
 class Props(Mapping[str, str]):

@@ -163,7 +163,7 @@ class HandOvers:
         next_claim: float | None,
         returned: Callable[[T], None] | None = None,
     ) -> None:
-        """``fire.Host.execute_at``."""
+        """``Host.execute_at``."""
         hold = hold_for(when, next_claim)
         # A partial of a module function, not of a closure: a worker of thousands of jobs
         # has thousands of fires staged at each collection of the garbage collector, and

@@ -21,6 +21,7 @@ from typing import cast
 from shardcron import plugins
 from shardcron.errors import ConfigError, ShardcronError
 from shardcron.plugins import Kind
+from shardcron.snakeyaml import java_string_hash
 
 Strategy = Callable[[Sequence[str], str, int], dict[str, list[int]]]
 """(instance_ids in order_instances order, job_name, sharding_total_count) -> id -> sorted items."""
@@ -28,15 +29,6 @@ Strategy = Callable[[Sequence[str], str, int], dict[str, list[int]]]
 DEFAULT_STRATEGY = "AVG_ALLOCATION"
 _FIELD = "jobShardingStrategyType"
 _INT_MIN = -(2**31)
-
-
-def java_string_hash(s: str) -> int:
-    """Java ``String.hashCode``: over UTF-16 code units, wrapped to a signed 32-bit int."""
-    units = s.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
-    return h - 2**32 if h >= 2**31 else h
 
 
 def _utf16_key(s: str) -> bytes:

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from shardcron.claimlead import ClaimLead
 from shardcron.deregistration import Departures
 from shardcron.errors import NodeExistsError
+from shardcron.events import Observer
 from shardcron.groupcommit import GroupCommit
 from shardcron.jobconfig import JobConfig
+from shardcron.lanes import lanes_for
 from shardcron.model import ServerStatus, ShardingContext
 from shardcron.paths import JobPaths, instance_id
 from shardcron.registry import SessionState
@@ -126,9 +128,18 @@ class Cluster:
         departures = member.departures = Departures(member.registry, host)
         lead = member.lead = ClaimLead(lambda: len(self.jobs), lambda: self.world.now)
         for job in self.jobs:
+            observers: list[Observer] = [self.ledger.observe]
+            lanes = lanes_for(
+                job.name,
+                member.name,
+                member.ip,
+                host,
+                self._runner(member, job.name),
+                observers=observers,
+            )
             runtime = JobRuntime(
                 job.config(),
-                self._runner(member, job.name),
+                lanes,
                 member.registry,
                 member.name,
                 member.ip,
@@ -137,7 +148,7 @@ class Cluster:
                 lead=lead,
                 claim_took=lambda seconds, m=member: self._claim_took(m, seconds),  # type: ignore[misc]
                 on_detach=lambda rt, m=member: m.runtimes.pop(rt.name, None),  # type: ignore[misc]
-                observers=[self.ledger.observe],
+                observers=observers,
                 commits=commits,
                 departures=departures,
             )

@@ -2,7 +2,7 @@
 
 Everything a simulated seed does is a callback on :class:`World`'s queue, run in
 ``(time, seq)`` order, so a seed replays exactly. :class:`SimHost` is the
-:class:`shardcron.fire.Host` of one simulated instance; :class:`SessionEvents` is the
+:class:`shardcron.host.Host` of one simulated instance; :class:`SessionEvents` is the
 deterministic event sink of one registry session (inline, or lagging behind).
 """
 
@@ -79,7 +79,7 @@ class World:
 
 
 class SimHost:
-    """``fire.Host`` on virtual time, for one node."""
+    """``Host`` on virtual time, for one node."""
 
     def __init__(self, world: World, node: Node) -> None:
         self.world = world

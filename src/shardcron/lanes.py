@@ -23,130 +23,62 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
 
-from shardcron import execution
 from shardcron.events import Event, FireState, FireStatus, ItemFinished, ItemStarted, Observer
+from shardcron.host import Host
+from shardcron.inflight import Fire, Gate, LaneHooks, LanesFactory
 from shardcron.jobs import ItemRunner
-from shardcron.listeners import JobListener
-from shardcron.model import ExecutionSource, FireContext, ShardingContext
+from shardcron.listeners import JobListener, ordered
+from shardcron.model import FireContext, ShardingContext
+from shardcron.paths import JobPaths
+from shardcron.registry import Registry
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 ErrorHandler = Callable[[str, ShardingContext | None, BaseException], None]
 Ran = list[tuple[ShardingContext, BaseException | None]]  # what a lane ran, and how it ended
 
 
-class Host(Protocol):
-    """The edges of coordination: the clock, the coordinator queue and the workers."""
-
-    def now(self) -> float:
-        """Epoch seconds (virtual in the simulation)."""
-        ...
-
-    def released(self) -> float:
-        """When the timer released the callback now running on the coordinator (``now()``
-        outside a timer callback). Lateness measured against it counts a stalled process
-        or a clock jump, not the time the callback queued behind other work of its tick."""
-        ...
-
-    def coordinate(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the coordinator thread, after what is queued there."""
-        ...
-
-    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the coordinator thread ``delay`` seconds from now."""
-        ...
-
-    def execute(
-        self,
-        work: Callable[[], T],
-        then: Callable[[T], None],
-        returned: Callable[[T], None] | None = None,
-    ) -> None:
-        """Run ``work`` (user code) on a worker, then ``then(result)`` on the coordinator.
-        ``returned(result)`` runs where and when the work returns, ahead of ``then``: what
-        the coordinator, if it is behind, has not heard yet."""
-        ...
-
-    def execute_at(
-        self,
-        when: float,
-        works: Sequence[Callable[[], T]],
-        then: Callable[[T], None],
-        next_claim: float | None,
-        returned: Callable[[T], None] | None = None,
-    ) -> None:
-        """:meth:`execute` for each of ``works``, handed to workers at ``when`` (epoch
-        seconds) by the timer itself, not by the coordinator. ``next_claim``: when the
-        job claims its next fire, which should find this one completed (None: never)."""
-        ...
-
-    @property
-    def chains_items(self) -> bool:
-        """Whether a lane's worker starts the fire's next waiting item itself (saves two
-        thread hand-offs per item in production; the simulation runs one item a step)."""
-        ...
+def log_error(job: str, ctx: ShardingContext | None, error: BaseException) -> None:
+    """The error handler of a job that names none: a log line with the traceback."""
+    item = "" if ctx is None else f" item {ctx.sharding_item}"
+    log.error("job %s%s failed: %s", job, item, error, exc_info=error)
 
 
-class Gate:
-    """Whether a staged fire starts, decided once: by its first lane on the second (on a
-    worker: the claim still holds) or by a stop before it (on the coordinator: no)."""
+def lanes_for(
+    job: str,
+    instance: str,
+    ip: str,
+    host: Host,
+    runner: ItemRunner,
+    *,
+    observers: Sequence[Observer],
+    listeners: Sequence[JobListener] = (),
+    error_handler: ErrorHandler | None = None,
+) -> LanesFactory:
+    """The lanes of one job on one instance, for :class:`shardcron.runtime.JobRuntime`."""
+    ordered_listeners = ordered(list(listeners))
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.started: bool | None = None  # None until decided
+    def build(hooks: LaneHooks) -> FirePath:
+        return FirePath(
+            job,
+            instance,
+            ip,
+            host,
+            runner,
+            ordered_listeners,
+            error_handler or log_error,
+            hooks.emit,
+            observers,
+            hooks.on_done,
+            hooks.may_start,
+            hooks.on_refused,
+        )
 
-    def decide(self, start: Callable[[Fire], bool], fire: Fire) -> tuple[bool, bool]:
-        """(whether the fire starts, whether this call decided it): ``start(fire)``
-        decides, if no call did before."""
-        with self._lock:
-            if self.started is not None:
-                return self.started, False
-            self.started = start(fire)
-            return self.started, True
-
-    def cancel(self) -> bool:
-        """On the coordinator, before the second: True when this call decided the fire
-        does not start (False when a lane decided first)."""
-        with self._lock:
-            if self.started is not None:
-                return False
-            self.started = False
-            return True
-
-
-@dataclass(eq=False)
-class Fire:
-    """The items of one dispatch, counted down as lanes finish them."""
-
-    items: list[int]
-    claim: execution.Claim
-    source: ExecutionSource
-    session: int
-    when: float = 0.0  # the second it fires for
-    next_claim: float | None = None  # when its job claims again, if it will
-    context: FireContext | None = None
-    errors: dict[int, BaseException] = field(default_factory=dict)
-    waiting: deque[ShardingContext] = field(default_factory=deque)
-    active: int = 0
-    # Items whose run began, and whose run returned, added by the workers: the
-    # coordinator may not have heard yet (it is behind), and reads these only to say why
-    # a later fire skips them. Dicts used as ordered sets: one of ints only is not tracked
-    # by the garbage collector, where two lists per fire in flight were scanned by it.
-    started: dict[int, None] = field(default_factory=dict)
-    returned: dict[int, None] = field(default_factory=dict)
-    ended: bool = False  # the after listeners and the final status were sent
-    # A fire of these items due while this one held them: (source, second, items),
-    # claimed once this one's completion is applied (see Firing._follow).
-    follow: tuple[ExecutionSource, float, list[int]] | None = None
-    gate: Gate | None = None  # set when staged
+    return build
 
 
 @dataclass
@@ -172,6 +104,18 @@ class FirePath:
         """Whether a fire claimed ahead is staged: not when ``before`` listeners must run
         on the second, before its items."""
         return not self.listeners
+
+    def bind(self, registry: Registry, paths: JobPaths, instance: str) -> None:
+        for listener in self.listeners:
+            bind = getattr(listener, "bind", None)
+            if bind is not None:  # distributed listeners coordinate through the registry
+                bind(registry, paths, instance)
+
+    def unbind(self) -> None:
+        for listener in self.listeners:
+            unbind = getattr(listener, "unbind", None)
+            if unbind is not None:
+                unbind()
 
     def begin(
         self,
