@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.worker import WorkerSpec
-from shardcron.testing import ZooKeeperServer
+from shardcron.testing.zookeeper import ZooKeeperServer
 
 ROOT = Path(__file__).resolve().parent.parent
 NIO_FACTORY = "org.apache.zookeeper.server.NIOServerCnxnFactory"

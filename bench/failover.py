@@ -47,8 +47,8 @@ from bench.common import (
 from bench.report import Table, num, verdict
 from bench.resharding import NodeWatch
 from bench.worker import JobSpec, WorkerSpec
-from shardcron.paths import JobPaths
-from shardcron.testing import unique_namespace
+from shardcron.coordination.paths import JobPaths
+from shardcron.testing.zookeeper import unique_namespace
 
 JOB = "fo"
 VICTIM = "127.0.0.1@-@3001"

@@ -59,10 +59,10 @@ from bench.common import (
 )
 from bench.report import MET, MISSED, Table, ms, num
 from bench.worker import JobSpec, WorkerSpec, proc_cpu_seconds
-from shardcron.paths import JobPaths
+from shardcron.config.registry import RegistryConfig
+from shardcron.coordination.paths import JobPaths
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.registryconfig import RegistryConfig
-from shardcron.testing import unique_namespace
+from shardcron.testing.zookeeper import unique_namespace
 
 SESSION_MS = 10_000  # shardcron's default
 INSTANCES = ("127.0.0.1@-@7201", "127.0.0.1@-@7202")

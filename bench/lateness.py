@@ -38,7 +38,7 @@ from bench.common import (
 from bench.jobs import INSTANCE_ENV, LEDGER_ENV
 from bench.report import MISSED, Table, ms, num, ratio, verdict
 from bench.worker import proc_cpu_seconds, proc_status
-from shardcron.testing import unique_namespace
+from shardcron.testing.zookeeper import unique_namespace
 
 INSTANCE = "127.0.0.1@-@7001"
 SESSION_MS = 10_000  # shardcron's default

@@ -33,9 +33,9 @@ from typing import Any
 
 from bench.common import BenchZooKeeper, registry_url
 from bench.jobs import LEDGER_ENV, recorder
-from shardcron.config import JobConfig
-from shardcron.scheduler import Scheduler
-from shardcron.testing import unique_namespace
+from shardcron.config.job import JobConfig
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import unique_namespace
 
 INSTANCE = "127.0.0.1@-@1"
 

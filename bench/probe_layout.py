@@ -23,13 +23,13 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from shardcron.config import JobConfig
+from shardcron.config.job import JobConfig
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.strategies import avg_allocation, order_instances
 from shardcron.model import ShardingContext
-from shardcron.paths import JobPaths
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.scheduler import Scheduler
-from shardcron.strategies import avg_allocation, order_instances
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 
 JOB = "big"
 PATHS = JobPaths(JOB)

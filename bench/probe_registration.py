@@ -19,10 +19,10 @@ import time
 
 from kazoo.client import KazooClient
 
-from shardcron.config import JobConfig
+from shardcron.config.job import JobConfig
 from shardcron.model import ShardingContext
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 
 INSTANCE = "127.0.0.1@-@1"
 

@@ -56,9 +56,9 @@ from bench.common import (
 )
 from bench.report import MISSED, Table, num, verdict
 from bench.worker import JobSpec, WorkerSpec, proc_cpu_seconds, proc_status
-from shardcron.paths import JobPaths
-from shardcron.strategies import order_instances, resolve_strategy
-from shardcron.testing import unique_namespace
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.strategies import order_instances, resolve_strategy
+from shardcron.testing.zookeeper import unique_namespace
 
 JOB = "big"
 SESSION_MS = 10_000

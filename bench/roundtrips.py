@@ -47,7 +47,7 @@ from bench.common import (
 )
 from bench.report import Table, ms, num, ratio, verdict
 from bench.worker import JobSpec, WorkerSpec
-from shardcron.testing import unique_namespace
+from shardcron.testing.zookeeper import unique_namespace
 
 SESSION_MS = 60_000  # the baseline's session timeout
 NEVER = "0 0 0 1 1 ? 2099"  # a cron that does not fire during the bench

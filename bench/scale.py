@@ -34,7 +34,7 @@ from bench.common import wait_until as wait
 from bench.jobs import INSTANCE_ENV, LEDGER_ENV
 from bench.lateness import INSTANCE, SESSION_MS, Engine, ManyResult, Runs
 from bench.report import MET, MISSED, Table, ms, num, ratio, verdict
-from shardcron.testing import unique_namespace
+from shardcron.testing.zookeeper import unique_namespace
 
 JOB_COUNTS = (1, 100, 1000, 5000)
 QUICK_JOB_COUNTS = (1, 100)

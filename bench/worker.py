@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.jobs import LEDGER_ENV, recorder
-from shardcron.config import JobConfig
-from shardcron.scheduler import Scheduler
+from shardcron.config.job import JobConfig
+from shardcron.scheduler.process import Scheduler
 
 STOP_GRACE_SECONDS = 2.0
 

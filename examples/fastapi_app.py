@@ -14,7 +14,7 @@ import os
 from fastapi import FastAPI, Request
 
 from shardcron.integrations.asgi import lifespan
-from shardcron.launch import scheduler_from_file
+from shardcron.scheduler.launch import scheduler_from_file
 
 CONFIG = os.environ.get("SHARDCRON_CONFIG", "examples/jobs.yaml")
 

@@ -10,7 +10,7 @@ Each worker starts its own scheduler after the fork (post_fork) and stops it whe
 import os
 
 from shardcron.integrations.gunicorn import WorkerScheduler
-from shardcron.launch import scheduler_from_file
+from shardcron.scheduler.launch import scheduler_from_file
 
 bind = "127.0.0.1:8000"
 workers = 3

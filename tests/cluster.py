@@ -11,12 +11,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from shardcron.config import JobConfig, RegistryConfig
+from shardcron.config.job import JobConfig
+from shardcron.config.registry import RegistryConfig
 from shardcron.model import ShardingContext
 from shardcron.registry import Registry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,13 @@ import kazoo.protocol.connection
 import kazoo.retry
 import pytest
 
-from shardcron import secrecy
-from shardcron.config import RegistryConfig
+from shardcron.config import secrecy
+from shardcron.config.registry import RegistryConfig
 from shardcron.registry import Registry
-from shardcron.registry.memory import MemoryRegistry, MemoryServer
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.registry.memoryserver import MemoryServer
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.testing import (
+from shardcron.testing.zookeeper import (
     ZooKeeperServer,
     drop_connection,
     expire_session,

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardcron.paths import JobPaths
+from shardcron.coordination.paths import JobPaths
 from shardcron.registry import Registry
 from tests.cluster import Run
 from tests.workers import Workers

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
-from shardcron.config import JobConfig
-from shardcron.events import Event, ItemFinished
-from shardcron.lanes import ErrorHandler
+from shardcron.config.job import JobConfig
+from shardcron.coordination.events import Event, ItemFinished
+from shardcron.coordination.paths import JobPaths
+from shardcron.execution.lanes import ErrorHandler
 from shardcron.model import FireContext, ShardingContext
-from shardcron.paths import JobPaths
 from shardcron.registry import Registry
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer
 from tests.cluster import Cluster, Recorder
 from tests.helpers import wait_until
 

@@ -10,27 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from shardcron import deregistration
-from shardcron.admin import (
-    Admin,
-    ItemStatus,
-    JobNotFoundError,
-    JobStatus,
-    ServerNotFoundError,
-    Write,
-    item_status,
-    job_status,
-)
-from shardcron.config import JobConfig, instance_yaml
-from shardcron.deregistration import Leaving
-from shardcron.errors import ConfigError
+from shardcron.config.instancerecord import instance_yaml
+from shardcron.config.job import JobConfig
+from shardcron.coordination import deregistration
+from shardcron.coordination.deregistration import Leaving
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.stopmark import parse_stopped
+from shardcron.errors import ConfigError, JobNotFoundError, ServerNotFoundError
 from shardcron.model import ServerStatus
-from shardcron.paths import JobPaths
+from shardcron.operations.admin import Admin, Write
+from shardcron.operations.jobstats import ItemStatus, JobStatus, item_status, job_status
 from shardcron.registry import Op, OpResult, Registry
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.stopmark import parse_stopped
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.cluster import Cluster, Recorder, Run, cluster
 from tests.conftest import zk_config
 from tests.helpers import wait_until

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from shardcron.claimlead import ClaimLead
-from shardcron.misfires import COMPLETION_BEHIND, NOT_STARTED, STILL_RUNNING
-from shardcron.paths import JobPaths
+from shardcron.coordination.claimlead import ClaimLead
+from shardcron.coordination.misfires import COMPLETION_BEHIND, NOT_STARTED, STILL_RUNNING
+from shardcron.coordination.paths import JobPaths
 from shardcron.registry import SessionState
 from shardcron.simulation.cluster import Cluster, JobSpec
 from shardcron.simulation.world import EPOCH

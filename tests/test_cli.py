@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from shardcron.admin import Admin, ItemStatus
-from shardcron.cli import main
-from shardcron.config import JobConfig
-from shardcron.dump import DumpServer
-from shardcron.testing import ZooKeeperServer
+from shardcron.cli.main import main
+from shardcron.config.job import JobConfig
+from shardcron.observability.dump import DumpServer
+from shardcron.operations.admin import Admin
+from shardcron.operations.jobstats import ItemStatus
+from shardcron.testing.zookeeper import ZooKeeperServer
 from tests.cluster import Cluster, Recorder, cluster
 from tests.helpers import wait_until
 from tests.workers import ROOT
@@ -99,6 +100,24 @@ def test_status_shows_jobs_and_servers_as_tables_and_json(orders: Cluster) -> No
         ("127.0.0.1", [A]),
         ("127.0.0.2", [B]),
     ]
+
+
+def test_status_shows_the_next_fire_in_the_jobs_zone_as_check_does(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    config = JobConfig(
+        job_name="tokyo", cron="0 0 9 * * ?", time_zone="Asia/Tokyo", sharding_total_count=1
+    )
+    with cluster(zookeeper, config, Recorder()) as c:
+        c.start(A)
+        [row] = ok("status", "--registry", url(c)).splitlines()[1:2]
+        overview = dict(
+            line.split(":", 1)
+            for line in ok("status", "tokyo", "--registry", url(c)).split("\n\n")[0].splitlines()
+        )
+    # 09:00 in Tokyo, whatever this machine's zone: the time the job's cron names.
+    assert re.search(r" \d{4}-\d\d-\d\d 09:00:00\+09:00 ", row), row
+    assert re.fullmatch(r" *\d{4}-\d\d-\d\d 09:00:00\+09:00", overview["next fire"])
 
 
 def test_status_of_one_job_shows_its_instances_and_items(orders: Cluster) -> None:
@@ -250,7 +269,7 @@ def test_errors_are_one_line_with_exit_status_1(report: Cluster) -> None:
 
 def test_an_unreachable_registry_is_one_line_from_the_real_command() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "shardcron.cli", "status", "--registry", "zk://127.0.0.1:1/x"],
+        [sys.executable, "-m", "shardcron", "status", "--registry", "zk://127.0.0.1:1/x"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -305,7 +324,7 @@ def test_ctrl_c_while_connecting_prints_one_line_and_no_traceback() -> None:
         [
             sys.executable,
             "-m",
-            "shardcron.cli",
+            "shardcron",
             "-v",
             "status",
             "--registry",
@@ -340,7 +359,7 @@ def test_ctrl_c_while_a_worker_connects_prints_one_line_and_no_traceback(tmp_pat
         "jobs: {tick: {callable: 'json:dumps', cron: '* * * * * ?', shardingTotalCount: 1}}\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shardcron.cli", "run", str(config)],
+        [sys.executable, "-m", "shardcron", "run", str(config)],
         stderr=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

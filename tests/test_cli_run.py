@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.helpers import wait_until
 from tests.workers import CHILD_PYTHONPATH, ROOT
 
@@ -36,7 +36,7 @@ def test_a_bad_job_is_reported_and_the_good_ones_run(tmp_path: Path) -> None:
         "SHARDCRON_INSTANCE": "127.0.0.1@-@7001",
     }
     worker = subprocess.Popen(
-        [sys.executable, "-m", "shardcron.cli", "run", str(config), "--registry", "memory://"],
+        [sys.executable, "-m", "shardcron", "run", str(config), "--registry", "memory://"],
         env=env,
         cwd=ROOT,
         stderr=subprocess.PIPE,
@@ -57,7 +57,7 @@ def test_a_bad_job_is_reported_and_the_good_ones_run(tmp_path: Path) -> None:
     assert "running good" in err
 
 
-RUN = (sys.executable, "-m", "shardcron.cli", "run")
+RUN = (sys.executable, "-m", "shardcron", "run")
 
 
 def _start(
@@ -124,7 +124,7 @@ def test_run_joins_the_registry_of_shardcron_registry_and_names_it(
             lambda: {r["instance"] for r in _records(ledger)} == {a, b}, timeout=40, what="both run"
         )
         status = subprocess.run(
-            [sys.executable, "-m", "shardcron.cli", "status", "shared"],
+            [sys.executable, "-m", "shardcron", "status", "shared"],
             env={**os.environ, "SHARDCRON_REGISTRY": url},
             check=False,
             capture_output=True,

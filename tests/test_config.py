@@ -11,23 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardcron.config import (
-    AppConfig,
-    InstanceRecord,
-    JobConfig,
-    JobType,
-    RegistryConfig,
-    apply_settings,
-    check_file,
-    instance_yaml,
-    load_config_file,
-    parse_instance_yaml,
-    parse_registry_url,
-    parse_sharding_item_parameters,
-    resolve_callable,
-)
+from shardcron.config.conversion import parse_sharding_item_parameters
+from shardcron.config.drift import apply_settings
+from shardcron.config.file import AppConfig, check_file, load_config_file
+from shardcron.config.instancerecord import InstanceRecord, instance_yaml, parse_instance_yaml
+from shardcron.config.job import JobConfig, resolve_callable
+from shardcron.config.jobtypes import JobType
+from shardcron.config.registry import RegistryConfig, parse_registry_url
+from shardcron.config.snakeyaml import Props
 from shardcron.errors import ConfigError
-from shardcron.snakeyaml import Props
 
 # The POJO test sample of ElasticJob 3.x (reference §2.4), as Java writes it.
 JAVA_SAMPLE = """\

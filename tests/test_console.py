@@ -28,20 +28,22 @@ import uvicorn
 from click.testing import CliRunner
 from starlette.types import ASGIApp
 
-from shardcron.admin import Admin
-from shardcron.cli import main
-from shardcron.config import JobConfig, instance_yaml
+from shardcron.cli.main import main
+from shardcron.config.instancerecord import instance_yaml
+from shardcron.config.job import JobConfig
 from shardcron.console.app import create_app
 from shardcron.console.auth import Accounts, Role, account
 from shardcron.console.chart import run_chart
 from shardcron.console.config_form import changed_settings, current_values, submitted_values
-from shardcron.paths import JobPaths
+from shardcron.coordination.paths import JobPaths
+from shardcron.operations.admin import Admin
 from shardcron.registry import Registry
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from shardcron.tracing import ExecutionRecord, StatusRecord
-from shardcron.tracing.sql import RunPoint, SqlSink, open_engine
+from shardcron.tracing.history import RunPoint
+from shardcron.tracing.sql import SqlSink, open_engine
 from tests.conftest import zk_config
 from tests.helpers import wait_until
 from tests.workers import ROOT
@@ -677,7 +679,7 @@ def test_the_command_serves_on_loopback_with_accounts_from_the_environment(
         [
             sys.executable,
             "-m",
-            "shardcron.cli",
+            "shardcron",
             "console",
             "--registry",
             f"zk://{zookeeper.connect_string}/{namespace}",

@@ -25,11 +25,12 @@ import yaml
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from sqlalchemy.engine import Engine
 
-from shardcron.admin import Admin
 from shardcron.console.app import create_app
+from shardcron.operations.admin import Admin
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.testing import ZooKeeperServer, unique_namespace
-from shardcron.tracing.sql import executions, open_engine
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
+from shardcron.tracing.history import executions
+from shardcron.tracing.sql import open_engine
 from tests.conftest import zk_config
 from tests.helpers import wait_until
 from tests.test_console import ADMIN, GUEST, accounts, serving

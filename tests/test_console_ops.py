@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from shardcron.config import JobConfig
+from shardcron.config.job import JobConfig
+from shardcron.coordination.paths import JobPaths
 from shardcron.model import ShardingContext
-from shardcron.paths import JobPaths
 from shardcron.registry import Registry
-from shardcron.registry.memory import MemoryRegistry, MemoryServer
-from shardcron.scheduler import Scheduler
-from shardcron.testing import unique_namespace
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.registry.memoryserver import MemoryServer
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import unique_namespace
 from tests.helpers import wait_until
 from tests.test_console import Console, console_on, seed, trace
 

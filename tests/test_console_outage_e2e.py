@@ -13,13 +13,14 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from shardcron.admin import Admin, JobStatus
-from shardcron.config import JobConfig
+from shardcron.config.job import JobConfig
 from shardcron.console.app import create_app
 from shardcron.model import ShardingContext
+from shardcron.operations.admin import Admin
+from shardcron.operations.jobstats import JobStatus
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer, unique_namespace, zookeeper_server
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace, zookeeper_server
 from tests.conftest import zk_config
 from tests.helpers import wait_until
 from tests.test_console import ADMIN, accounts, serving

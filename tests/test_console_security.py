@@ -9,11 +9,11 @@ from typing import Any
 import httpx
 import pytest
 
-from shardcron.admin import Admin
 from shardcron.console.app import create_app
 from shardcron.console.guard import LoginThrottle, host_name, login_keys
+from shardcron.operations.admin import Admin
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.testing import unique_namespace
+from shardcron.testing.zookeeper import unique_namespace
 from tests.test_console import ADMIN, accounts, csrf_of, seed, serving
 
 

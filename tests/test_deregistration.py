@@ -1,4 +1,4 @@
-"""Jobs leaving together (``shardcron.deregistration``), on the embedded registry.
+"""Jobs leaving together (``shardcron.coordination.deregistration``), on the embedded registry.
 
 What users rely on: a stopping instance removes its own nodes of every job and records its
 clean stop, whatever else changes meanwhile; a job whose write keeps being refused does
@@ -11,12 +11,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from shardcron import deregistration
-from shardcron.deregistration import Leaving, remove
-from shardcron.paths import JobPaths
+from shardcron.coordination import deregistration
+from shardcron.coordination.deregistration import Leaving, remove
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.stopmark import parse_stopped
 from shardcron.registry import Op, OpResult, TreeCache
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.stopmark import parse_stopped
 from tests.helpers import wait_until
 
 A, B = "10.0.0.1@-@1", "10.0.0.2@-@2"

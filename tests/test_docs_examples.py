@@ -29,16 +29,16 @@ from typing import TypeVar
 import pytest
 import yaml
 
-from shardcron.admin import Admin
-from shardcron.cli import main as cli_main
-from shardcron.config import _WORKER_KEYS, load_config_file
-from shardcron.jobconfig import _FILE_KEYS
-from shardcron.metrics import Metrics
+from shardcron.cli.main import main as cli_main
+from shardcron.config.file import _WORKER_KEYS, load_config_file
+from shardcron.config.job import _FILE_KEYS
+from shardcron.config.registry import _REGISTRY_KEYS
+from shardcron.observability.metrics import Metrics
+from shardcron.operations.admin import Admin
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.registryconfig import _REGISTRY_KEYS
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer
 from shardcron.tracing import Tracer, open_tracer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,16 +178,20 @@ def test_cli_reference_names_every_command() -> None:
     assert not missing, f"docs/cli.md has no section for {missing}"
 
 
-def _metric_series() -> set[str]:
-    """Every series name a worker can expose, from the families Metrics registers."""
+def _metric_families() -> dict[str, str]:
+    """Every metric family a worker can expose (name: type), as Metrics registers them."""
     tracer = open_tracer(None)
     try:
         metrics = Metrics(MemoryRegistry(namespace="docs"), tracer)
-        families = list(metrics.prometheus.collect())
+        return {f.name: f.type for f in metrics.prometheus.collect()}
     finally:
         tracer.close(timeout=5)
+
+
+def _metric_series() -> set[str]:
+    """Every series name a worker can expose."""
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "gauge": [""]}
-    return {f.name + suffix for f in families for suffix in suffixes[f.type]}
+    return {name + suffix for name, kind in _metric_families().items() for suffix in suffixes[kind]}
 
 
 def test_alert_rules_and_dashboard_use_real_metrics() -> None:

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from shardcron.admin import Admin
-from shardcron.config import JobConfig
-from shardcron.dump import DumpServer, dump_job, mask_ips, request_dump
+from shardcron.config.job import JobConfig
+from shardcron.observability.dump import DumpServer, dump_job, mask_ips, request_dump
+from shardcron.operations.admin import Admin
 from shardcron.registry import Registry
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.testing import ZooKeeperServer
+from shardcron.testing.zookeeper import ZooKeeperServer
 from tests.cluster import Recorder, cluster
 from tests.helpers import wait_until
 

@@ -19,12 +19,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
-from shardcron.config import JobConfig
-from shardcron.errorhandlers import make_error_handler
+from shardcron.config.job import JobConfig
 from shardcron.errors import ConfigError
+from shardcron.execution.errorhandlers import make_error_handler
 from shardcron.model import ShardingContext, default_instance_id
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer
 from tests import job_samples
 from tests.helpers import wait_until
 from tests.job_samples import fleet, http_sink

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from shardcron.cli import main
-from shardcron.config import JobConfig, drift, drift_notice, load_config_file
-from shardcron.explain import explain_cron, explain_drift
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer, unique_namespace
-from shardcron.trigger import dialect
+from shardcron.cli.main import main
+from shardcron.config.drift import drift, drift_notice
+from shardcron.config.explain import explain_cron, explain_drift
+from shardcron.config.file import load_config_file
+from shardcron.config.job import JobConfig
+from shardcron.schedule.cron import dialect
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.conftest import zk_config
 
 NOW = datetime(2026, 3, 7, 23, 59, 58, tzinfo=UTC)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from shardcron.config import JobConfig
-from shardcron.paths import JobPaths
+from shardcron.config.job import JobConfig
+from shardcron.coordination.paths import JobPaths
 from shardcron.registry import Registry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.cluster import Run, overlaps
 from tests.conftest import zk_config
 from tests.helpers import wait_until

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from shardcron.paths import JobPaths
+from shardcron.coordination.paths import JobPaths
 from shardcron.registry import Registry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.cluster import Run, overlaps
 from tests.conftest import zk_config
 from tests.helpers import wait_until

@@ -23,7 +23,7 @@ import random
 
 import pytest
 
-from shardcron import sharding
+from shardcron.coordination import sharding
 from shardcron.simulation.cluster import Cluster, JobSpec, Member
 from shardcron.simulation.faults import Fault, Kind, Timing
 from shardcron.simulation.scenario import run

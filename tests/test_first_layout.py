@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from shardcron.paths import JobPaths
-from shardcron.sharding import FirstLayout, Joins
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.sharding import FirstLayout, Joins
 from shardcron.simulation.cluster import Cluster, JobSpec
 from shardcron.simulation.world import EPOCH
 

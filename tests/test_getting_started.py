@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from shardcron.admin import Admin, JobNotFoundError
-from shardcron.config import RegistryConfig
+from shardcron.config.registry import RegistryConfig
+from shardcron.errors import JobNotFoundError
+from shardcron.operations.admin import Admin
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.zookeeper

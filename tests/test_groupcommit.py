@@ -11,17 +11,18 @@ from typing import Any, TypeVar
 
 import pytest
 
-from shardcron import groupcommit
+from shardcron.coordination import groupcommit
+from shardcron.coordination.claims import Claiming, Completing, claim_ops
+from shardcron.coordination.groupcommit import GroupCommit
+from shardcron.coordination.paths import JobPaths
 from shardcron.errors import ConnectionLostError, RegistryError, TransactionError
-from shardcron.execution import Claiming, Completing, claim_ops
-from shardcron.groupcommit import GroupCommit
 from shardcron.model import ShardingContext
-from shardcron.paths import JobPaths
 from shardcron.registry import Answer, Create, Delete, Op, Registry, TreeCache
-from shardcron.registry.memory import MemoryRegistry, MemoryServer
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.registry.memoryserver import MemoryServer
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.conftest import zk_config
 from tests.helpers import wait_until
 

@@ -20,9 +20,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from shardcron.errors import ConfigError
-from shardcron.launch import scheduler_from_file
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.scheduler.launch import scheduler_from_file
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.conftest import zk_config
 from tests.helpers import wait_until
 from tests.workers import CHILD_PYTHONPATH, ROOT

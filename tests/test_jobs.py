@@ -17,14 +17,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shardcron.config import JobConfig, JobType, load_config_file
+from shardcron.config.file import load_config_file
+from shardcron.config.job import JobConfig
+from shardcron.config.jobtypes import JobType
+from shardcron.coordination.paths import JobPaths
 from shardcron.errors import ConfigError
-from shardcron.jobs import AsyncLoop, ItemFailedError, ItemRunner, make_runner, prop_problems
+from shardcron.execution.jobs import (
+    AsyncLoop,
+    ItemFailedError,
+    ItemRunner,
+    make_runner,
+    prop_problems,
+)
 from shardcron.model import ShardingContext
-from shardcron.paths import JobPaths
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer
 from tests import job_samples
 from tests.helpers import wait_until
 from tests.job_samples import GATES, Backlog, fleet, http_sink
@@ -237,7 +245,7 @@ print("to stderr", file=sys.stderr)
 def test_script_job_gets_the_exact_context_json_as_last_argument_on_two_instances(
     zookeeper: ZooKeeperServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="shardcron.jobs")
+    caplog.set_level(logging.INFO, logger="shardcron.execution.jobs")
     script = tmp_path / "echo_args.py"
     script.write_text(ECHO_ARGS)
     out = tmp_path / "out"
@@ -268,7 +276,7 @@ def test_script_job_gets_the_exact_context_json_as_last_argument_on_two_instance
             f'"jobParameter":"say \\"hi\\"","shardingItem":{item},"shardingParameter":{param}}}'
         )
         assert json.loads((out / f"{item}.json").read_text()) == ["two words", "$HOME;echo", exact]
-    logged = [r.getMessage() for r in caplog.records if r.name == "shardcron.jobs"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "shardcron.execution.jobs"]
     for item in range(4):
         assert f"job script item {item} stdout: hello from item {item}" in logged
         assert f"job script item {item} stdout: second line" in logged

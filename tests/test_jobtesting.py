@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from shardcron import ShardingContext
-from shardcron.config import load_config_file
+from shardcron.config.file import load_config_file
 from shardcron.errors import ConfigError
-from shardcron.testing import run_item, sharding_context
+from shardcron.testing.jobs import run_item, sharding_context
 from tests.workers import ROOT
 
 SEEN: list[ShardingContext] = []

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shardcron.config import parse_registry_url
-from shardcron.launch import EMBEDDED, choose_registry, describe_registry
+from shardcron.config.registry import parse_registry_url
+from shardcron.scheduler.launch import EMBEDDED, choose_registry, describe_registry
 
 FILE = parse_registry_url("zk://file-host:2181/from-file")
 

@@ -7,11 +7,11 @@ from contextlib import ExitStack
 
 import pytest
 
-from shardcron.config import JobConfig
+from shardcron.config.job import JobConfig, declare
+from shardcron.coordination.paths import JobPaths
 from shardcron.errors import ConfigError, ShardcronError
-from shardcron.jobconfig import declare
-from shardcron.lanes import ErrorHandler
-from shardcron.listeners import (
+from shardcron.execution.lanes import ErrorHandler
+from shardcron.execution.listeners import (
     DistributeOnceListener,
     DistributeOnceTimeoutError,
     JobListener,
@@ -19,11 +19,10 @@ from shardcron.listeners import (
     ordered,
 )
 from shardcron.model import FireContext, ShardingContext
-from shardcron.paths import JobPaths
 from shardcron.registry import Registry
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer
 from tests import job_samples
 from tests.helpers import wait_until
 from tests.job_samples import FirstListener, Fleet, RecordingListener, fleet

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from shardcron.testing import ZooKeeperServer
+from shardcron.testing.zookeeper import ZooKeeperServer
 from tests.workers import CHILD_PYTHONPATH, ROOT
 
 
@@ -24,7 +24,7 @@ class Command:
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "shardcron.cli", "zookeeper", *args],
+            [sys.executable, "-m", "shardcron", "zookeeper", *args],
             env={**os.environ, "PYTHONPATH": CHILD_PYTHONPATH, **(env or {})},
             cwd=cwd,
             stdout=subprocess.PIPE,

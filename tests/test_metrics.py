@@ -13,8 +13,8 @@ from collections.abc import Callable
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shardcron.config import JobConfig
-from shardcron.events import (
+from shardcron.config.job import JobConfig
+from shardcron.coordination.events import (
     FailoverClaimed,
     FireState,
     FireStatus,
@@ -24,12 +24,12 @@ from shardcron.events import (
     LeaderChanged,
     Resharded,
 )
-from shardcron.metrics import Metrics
+from shardcron.coordination.paths import JobPaths
 from shardcron.model import ExecutionSource, ShardingContext
-from shardcron.paths import JobPaths
+from shardcron.observability.metrics import Metrics
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer
 from shardcron.tracing import Tracer
 from tests.cluster import Recorder, Run, cluster
 from tests.helpers import wait_until

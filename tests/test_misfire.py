@@ -11,18 +11,18 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from shardcron import plugins
-from shardcron.config import JobConfig
+from shardcron.config import plugins
+from shardcron.config.job import JobConfig
+from shardcron.coordination.events import Event, ItemsSkipped
+from shardcron.coordination.misfires import MissedFires, RepeatedLines
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.strategies import register_strategy
 from shardcron.errors import ClockSkewError, TransactionError
-from shardcron.events import Event, ItemsSkipped
-from shardcron.misfires import MissedFires, RepeatedLines
 from shardcron.model import ShardingContext
-from shardcron.paths import JobPaths
 from shardcron.registry import Answer, Create, Delete, Op, OpResult
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.scheduler import Scheduler
-from shardcron.strategies import register_strategy
-from shardcron.testing import ZooKeeperServer
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer
 from tests.cluster import Recorder, Run, cluster, overlaps
 from tests.helpers import wait_until
 
@@ -285,7 +285,7 @@ def test_a_stalled_worker_logs_its_missed_fires_in_one_line(
     try:
         wait_until(lambda: all(runs.values()), 10, "a first fire of every job")
         stall_ends = time.time() + 3.5
-        caplog.set_level(logging.WARNING, logger="shardcron.misfires")
+        caplog.set_level(logging.WARNING, logger="shardcron.coordination.misfires")
         if stalled == "coordinator":
             scheduler.coordinate(lambda: time.sleep(3.5))
         else:
@@ -317,7 +317,7 @@ def test_a_fire_due_while_the_coordinator_is_busy_runs_late_not_never(
         job("minutely", 1, f"{int(due) % 60} * * * * ?"), lambda ctx: runs.append(time.time())
     )
     scheduler.start()
-    caplog.set_level(logging.WARNING, logger="shardcron.misfires")
+    caplog.set_level(logging.WARNING, logger="shardcron.coordination.misfires")
     try:
         wait_until(lambda: time.time() >= due - 1.0, 5, "a second before the fire")
         busy_until = due + 1.8  # past the fire's second by more than MAX_LATENESS_SECONDS
@@ -351,7 +351,7 @@ def test_a_fire_that_holds_the_coordinator_does_not_drop_the_fires_after_it(
         job("held", 1, job_sharding_strategy_type="SLOW_FIRST_LAYOUT"),
         lambda ctx: runs.append(time.time()),
     )
-    caplog.set_level(logging.WARNING, logger="shardcron.misfires")
+    caplog.set_level(logging.WARNING, logger="shardcron.coordination.misfires")
     scheduler.start()
     try:
         wait_until(lambda: held and len(runs) >= 3, 10, "three runs after the held fire")
@@ -367,7 +367,7 @@ def test_missed_fires_are_counted_across_jobs_until_the_next_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     missed = MissedFires()
-    with caplog.at_level(logging.WARNING, logger="shardcron.misfires"):
+    with caplog.at_level(logging.WARNING, logger="shardcron.coordination.misfires"):
         missed.note("a", 100.0, 1.5, now=101.5)  # the first: said at once
         missed.note("b", 100.0, 1.6, now=101.6)
         missed.note("a", 101.0, 1.1, now=102.1)

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from shardcron.admin import Admin
-from shardcron.config import RegistryConfig
-from shardcron.paths import JobPaths
+from shardcron.config.registry import RegistryConfig
+from shardcron.coordination.paths import JobPaths
+from shardcron.operations.admin import Admin
 from shardcron.registry import Registry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.testing import ZooKeeperServer, unique_namespace
-from shardcron.testing_ensemble import ZooKeeperEnsemble
+from shardcron.testing.ensemble import ZooKeeperEnsemble
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.conftest import FIGURES
 from tests.helpers import wait_until
 from tests.invariants import Verdict, find_stale, judge

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from shardcron.paths import JobPaths
+from shardcron.coordination.paths import JobPaths
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.cluster import overlaps
 from tests.conftest import zk_config
 from tests.helpers import wait_until

@@ -1,4 +1,4 @@
-"""A worker's jobs register in groups (shardcron.registration): one transaction per group,
+"""A worker's jobs register in groups (shardcron.coordination.registration): one transaction per group,
 and a group the registry refuses, or whose answer is lost, still registers every job."""
 
 from __future__ import annotations
@@ -8,13 +8,14 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from shardcron.config import JobConfig
+from shardcron.config.job import JobConfig
+from shardcron.coordination.paths import JobPaths, job_of
+from shardcron.coordination.runtime import needs_value
 from shardcron.errors import ConnectionLostError
-from shardcron.paths import JobPaths, job_of
 from shardcron.registry import Create, Op, OpResult
-from shardcron.registry.memory import MemoryRegistry, MemoryServer
-from shardcron.runtime import needs_value
-from shardcron.scheduler import Scheduler
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.registry.memoryserver import MemoryServer
+from shardcron.scheduler.process import Scheduler
 from tests.helpers import wait_until
 
 A, B = "127.0.0.1@-@1", "127.0.0.2@-@2"

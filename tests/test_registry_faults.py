@@ -14,11 +14,11 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooState
 
-from shardcron.config import JobConfig
-from shardcron.paths import JobPaths
+from shardcron.config.job import JobConfig
+from shardcron.coordination.paths import JobPaths
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer, expire_session, unique_namespace
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer, expire_session, unique_namespace
 from tests.cluster import Recorder, cluster
 from tests.conftest import zk_config
 from tests.helpers import wait_until

@@ -15,14 +15,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardcron.config import JobConfig
+from shardcron.config.job import JobConfig
+from shardcron.coordination.paths import JobPaths
 from shardcron.model import ShardingContext
-from shardcron.paths import JobPaths
 from shardcron.registry import SessionState
-from shardcron.registry.memory import MemoryRegistry, MemoryServer
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.registry.memoryserver import MemoryServer
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.cluster import Run, overlaps
 from tests.conftest import zk_config
 from tests.helpers import wait_until

@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 import shardcron
-from shardcron.cli import main
+from shardcron.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT_FILES = ["pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE", "MANIFEST.in"]

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from shardcron import execution, healing, sharding
-from shardcron.config import JobConfig
+from shardcron.config.job import JobConfig
+from shardcron.coordination import claims, healing, sharding
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.strategies import avg_allocation
 from shardcron.model import ShardingContext
-from shardcron.paths import JobPaths
 from shardcron.registry import (
     MAX_TRANSACTION_BYTES,
     Create,
@@ -35,11 +36,10 @@ from shardcron.registry.cache import CacheIndex, is_below
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.registry.zkwire import MultiRead
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.scheduler import Scheduler
+from shardcron.scheduler.process import Scheduler
 from shardcron.simulation.cluster import Cluster, JobSpec
 from shardcron.simulation.world import EPOCH
-from shardcron.strategies import avg_allocation
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.conftest import Backend, zk_config
 from tests.helpers import wait_until
 
@@ -572,7 +572,7 @@ def test_one_instance_claims_a_fire_of_thousands_of_items_in_parts_zookeeper_acc
 def test_misfire_flags_of_thousands_of_items_go_in_parts() -> None:
     registry = MemoryRegistry(namespace=unique_namespace("parts"))
     paths, items = JobPaths("big"), list(range(20_000))
-    parts = execution.in_parts(registry, items, lambda i: [Create(paths.misfire(i))])
+    parts = claims.in_parts(registry, items, lambda i: [Create(paths.misfire(i))])
     assert [i for part in parts for i in part] == items  # in order, each item once
     prefix = prefix_bytes(registry)
     for part in parts:

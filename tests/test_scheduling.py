@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from shardcron.config import JobConfig
-from shardcron.paths import JobPaths
-from shardcron.scheduler import Scheduler
-from shardcron.strategies import avg_allocation, order_instances
-from shardcron.testing import ZooKeeperServer
+from shardcron.config.job import JobConfig
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.strategies import avg_allocation, order_instances
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer
 from tests.cluster import Recorder, cluster, overlaps
 from tests.helpers import wait_until
 

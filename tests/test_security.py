@@ -21,13 +21,15 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from shardcron import plugins, secrecy
-from shardcron.admin import Admin
-from shardcron.config import JobConfig, JobType, RegistryConfig, parse_registry_url
-from shardcron.dump import DumpServer, request_dump
-from shardcron.errorhandlers import Email, _Notifying, make_error_handler
+from shardcron.config import plugins, secrecy
+from shardcron.config.job import JobConfig
+from shardcron.config.jobtypes import JobType
+from shardcron.config.registry import RegistryConfig, parse_registry_url
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.strategies import avg_allocation
 from shardcron.errors import ConfigError
-from shardcron.jobs import (
+from shardcron.execution.errorhandlers import Email, _Notifying, make_error_handler
+from shardcron.execution.jobs import (
     MAX_RESPONSE_BYTES,
     HttpSettings,
     ItemFailedError,
@@ -37,13 +39,13 @@ from shardcron.jobs import (
     run_script,
 )
 from shardcron.model import ShardingContext
-from shardcron.paths import JobPaths
+from shardcron.observability.dump import DumpServer, request_dump
+from shardcron.operations.admin import Admin
 from shardcron.registry import Registry
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.scheduler import Scheduler
-from shardcron.strategies import avg_allocation
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests import job_samples
 from tests.conftest import zk_config
 from tests.helpers import wait_until
@@ -155,7 +157,7 @@ def test_the_worker_block_and_scheduler_register_names_a_local_file_may_use(
         "jobShardingStrategyType: MINE}\n",
         encoding="utf-8",
     )
-    from shardcron.config import check_file
+    from shardcron.config.file import check_file
 
     try:
         assert check_file(config) == []  # the local file may name local code: it is imported
@@ -451,7 +453,7 @@ def test_an_open_namespace_is_reported_and_the_acl_command_closes_it(
 def test_the_acl_command_applies_the_digest_and_needs_one(zookeeper: ZooKeeperServer) -> None:
     from click.testing import CliRunner
 
-    from shardcron.cli import main
+    from shardcron.cli.main import main
 
     namespace = unique_namespace("aclcli")
     anonymous = ZooKeeperRegistry(zk_config(zookeeper, namespace))

@@ -11,16 +11,18 @@ import random
 
 import pytest
 
+from shardcron.coordination.paths import JobPaths
 from shardcron.errors import ConnectionLostError
 from shardcron.model import ExecutionSource
-from shardcron.paths import JobPaths
 from shardcron.registry import Check, Create, Delete, Op, SessionState, SetData
-from shardcron.registry.memory import MemoryRegistry, MemoryServer
-from shardcron.simulation import checks, run_seed
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.registry.memoryserver import MemoryServer
+from shardcron.simulation import checks
 from shardcron.simulation.cluster import Cluster, JobSpec
 from shardcron.simulation.explore import explore, summary
 from shardcron.simulation.faults import Fault, FaultyRegistry, Kind, Timing, kind_of
 from shardcron.simulation.ledger import Ledger
+from shardcron.simulation.scenario import run_seed
 from shardcron.simulation.world import EPOCH, SessionEvents, World
 from tests.conftest import FIGURES
 

@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from shardcron.config import JobConfig
-from shardcron.errorhandlers import Email, make_error_handler
+from shardcron.config.job import JobConfig
 from shardcron.errors import ConfigError
+from shardcron.execution.errorhandlers import Email, make_error_handler
 
 USER, PASSWORD = "robot", "smtp-pa55-word"
 

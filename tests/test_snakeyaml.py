@@ -15,12 +15,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardcron.admin import Admin
-from shardcron.config import JobConfig
-from shardcron.paths import JobPaths
+from shardcron.config.job import JobConfig
+from shardcron.config.snakeyaml import (
+    Props,
+    _dump_whole,
+    dump_bean,
+    java_props_order,
+    java_string_hash,
+)
+from shardcron.coordination.paths import JobPaths
+from shardcron.operations.admin import Admin
 from shardcron.registry import Registry
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.snakeyaml import Props, _dump_whole, dump_bean, java_props_order, java_string_hash
 
 BELL = "ring\x07 twice"
 BELL_B64 = base64.b64encode(BELL.encode()).decode()  # cmluZwcgdHdpY2U=

@@ -11,10 +11,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from shardcron.paths import JobPaths
+from shardcron.coordination.paths import JobPaths
 from shardcron.registry import Answer, Create, Op
 from shardcron.registry.memory import MemoryRegistry
-from shardcron.scheduler import Scheduler
+from shardcron.scheduler.process import Scheduler
 from shardcron.simulation import checks
 from shardcron.simulation.cluster import Cluster, JobSpec, Member
 from shardcron.simulation.world import EPOCH

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from shardcron.startsfirst import HOLD_SECONDS, MAX_HOLD_SECONDS, StartsFirst, hold_for
+from shardcron.scheduler.startsfirst import HOLD_SECONDS, MAX_HOLD_SECONDS, StartsFirst, hold_for
 
 
 class Coordinator:

@@ -12,16 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardcron import plugins
-from shardcron import strategies as strategies_module
-from shardcron.admin import Admin
-from shardcron.config import SHARDING_STRATEGIES, JobConfig, load_config_file
-from shardcron.errors import ConfigError, ShardcronError, ShardingError
-from shardcron.paths import JobPaths
-from shardcron.registry.memory import MemoryRegistry
-from shardcron.sharding import reshard
-from shardcron.snakeyaml import java_string_hash
-from shardcron.strategies import (
+from shardcron.config import plugins
+from shardcron.config.file import load_config_file
+from shardcron.config.job import JobConfig
+from shardcron.config.jobtypes import SHARDING_STRATEGIES
+from shardcron.config.snakeyaml import java_string_hash
+from shardcron.coordination import strategies as strategies_module
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.sharding import reshard
+from shardcron.coordination.strategies import (
     STRATEGIES,
     Strategy,
     _best_scores,
@@ -35,6 +34,9 @@ from shardcron.strategies import (
     round_robin,
     single_sharding_balance,
 )
+from shardcron.errors import ConfigError, ShardcronError, ShardingError
+from shardcron.operations.admin import Admin
+from shardcron.registry.memory import MemoryRegistry
 
 S1, S2, S3 = "server1", "server2", "server3"
 ODD_NAME, EVEN_NAME = "a", "b"  # hashCode 97 and 98
@@ -280,7 +282,12 @@ def test_resolve_unknown_name_lists_known_ones() -> None:
 
 @pytest.mark.parametrize(
     "ref",
-    ["shardcron.strategies:round_robin", "os:system", "no_such_module_xyz:f", ":round_robin"],
+    [
+        "shardcron.coordination.strategies:round_robin",
+        "os:system",
+        "no_such_module_xyz:f",
+        ":round_robin",
+    ],
 )
 def test_a_module_qualname_that_is_not_registered_is_unknown_and_not_imported(ref: str) -> None:
     with pytest.raises(ConfigError, match="never import code") as info:
@@ -397,7 +404,7 @@ def test_rendezvous_gives_a_fixed_plan() -> None:
 
 
 def test_rendezvous_is_the_same_in_another_process() -> None:
-    code = "from shardcron.strategies import rendezvous; print(rendezvous(%r, 'orders', 50))"
+    code = "from shardcron.coordination.strategies import rendezvous; print(rendezvous(%r, 'orders', 50))"
     here = str(Path(strategies_module.__file__).parents[1])  # this checkout's src, first
     path = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": "12345"}

@@ -10,9 +10,9 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState, WatchedEvent
 
-from shardcron import testing
 from shardcron.errors import ShardcronError
-from shardcron.testing import (
+from shardcron.testing import zookeeper as testing
+from shardcron.testing.zookeeper import (
     ZooKeeperServer,
     drop_connection,
     expire_session,

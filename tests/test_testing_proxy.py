@@ -13,9 +13,9 @@ from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 
 from shardcron.errors import ShardcronError
-from shardcron.testing import ZooKeeperServer, unique_namespace
-from shardcron.testing_ensemble import ZooKeeperEnsemble
-from shardcron.testing_proxy import TcpProxy
+from shardcron.testing.ensemble import ZooKeeperEnsemble
+from shardcron.testing.proxy import TcpProxy
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.test_testing import StateLog, poll
 
 Connect = Callable[..., KazooClient]

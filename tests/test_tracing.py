@@ -23,9 +23,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from shardcron.config import JobConfig
-from shardcron.errors import ConfigError
-from shardcron.events import (
+from shardcron.config.job import JobConfig
+from shardcron.coordination.events import (
     Event,
     FireState,
     FireStatus,
@@ -34,10 +33,10 @@ from shardcron.events import (
     ItemStarted,
     LeaderChanged,
 )
-from shardcron.model import ExecutionSource, ShardingContext, task_id
-from shardcron.paths import instance_ip
-from shardcron.scheduler import Scheduler
-from shardcron.testing import ZooKeeperServer
+from shardcron.errors import ConfigError
+from shardcron.model import ExecutionSource, ShardingContext, instance_ip, task_id
+from shardcron.scheduler.process import Scheduler
+from shardcron.testing.zookeeper import ZooKeeperServer
 from shardcron.tracing import (
     ExecutionRecord,
     Record,
@@ -45,14 +44,8 @@ from shardcron.tracing import (
     Tracer,
     open_tracer,
 )
-from shardcron.tracing.sql import (
-    SqlSink,
-    executions,
-    job_summaries,
-    open_engine,
-    recent_runs,
-    statuses,
-)
+from shardcron.tracing.history import executions, job_summaries, recent_runs, statuses
+from shardcron.tracing.sql import SqlSink, open_engine
 from tests.cluster import Cluster, Recorder, cluster
 from tests.helpers import wait_until
 

@@ -14,7 +14,8 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from shardcron.errors import ConfigError
-from shardcron.trigger import CronTrigger, parse_time_zone
+from shardcron.schedule.timezones import parse_time_zone
+from shardcron.schedule.trigger import CronTrigger
 
 
 def fires(expression: str, zone: str | None, after: str, count: int) -> list[str]:

@@ -13,17 +13,20 @@ from typing import Any
 
 import pytest
 
-from shardcron import healing, plugins
-from shardcron.admin import Admin, JobStatus
-from shardcron.config import JobConfig
+from shardcron.config import plugins
+from shardcron.config.job import JobConfig
+from shardcron.coordination import healing
+from shardcron.coordination.healing import MAX_HEALS_PER_SECOND, Healer
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.strategies import avg_allocation, register_strategy
 from shardcron.errors import ConfigError, ConnectionLostError
-from shardcron.healing import MAX_HEALS_PER_SECOND, Healer
 from shardcron.model import ShardingContext, item_ranges, some
-from shardcron.paths import JobPaths
+from shardcron.operations.admin import Admin
+from shardcron.operations.jobstats import JobStatus
 from shardcron.registry import Create, Op, OpResult
-from shardcron.registry.memory import MemoryRegistry, MemoryServer
-from shardcron.scheduler import GC_YOUNG_PER_JOB, GC_YOUNG_THRESHOLD, Scheduler
-from shardcron.strategies import avg_allocation, register_strategy
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.registry.memoryserver import MemoryServer
+from shardcron.scheduler.process import GC_YOUNG_PER_JOB, GC_YOUNG_THRESHOLD, Scheduler
 from tests.helpers import wait_until
 
 A, B = "10.0.4.1@-@6401", "10.0.4.2@-@6402"

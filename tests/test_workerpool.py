@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from shardcron.workerpool import WorkerPool
+from shardcron.execution.workerpool import WorkerPool
 from tests.helpers import wait_until
 
 

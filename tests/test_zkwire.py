@@ -20,7 +20,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 from shardcron.registry import Check, Create, Delete, Op, SetData
 from shardcron.registry.zkwire import BufferedReads, Multi, poll_select, transaction
 from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.testing import ZooKeeperServer, unique_namespace
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
 from tests.conftest import zk_config
 
 

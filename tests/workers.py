@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from shardcron.registry import Registry
-from shardcron.testing_proxy import TcpProxy
+from shardcron.testing.proxy import TcpProxy
 from tests.cluster import Run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +107,7 @@ class Workers:
         cmd = [
             sys.executable,
             "-m",
-            "shardcron.cli",
+            "shardcron",
             "run",
             str(self.config),
             "--registry",

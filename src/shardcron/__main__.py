@@ -1,5 +1,5 @@
 """``python -m shardcron``: the same as the ``shardcron`` command."""
 
-from shardcron.cli import main
+from shardcron.cli.main import main
 
 main(prog_name="shardcron")

@@ -1,4 +1,4 @@
-"""The console's buttons: what each one calls on :class:`~shardcron.admin.Admin`, the message
+"""The console's buttons: what each one calls on :class:`~shardcron.operations.admin.Admin`, the message
 once done, and the question a destructive one asks first."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shardcron.admin import Write
+from shardcron.operations.admin import Write
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ changed, so an operator watches items move during a failover without reloading. 
 template renders a part both inside its page and alone, so what a refresh shows never
 drifts from what a reload shows, and buttons a guest may not press are left out of both.
 
-Routes stay thin. Reads go to :class:`~shardcron.admin.Admin` built with ``cached=True``
+Routes stay thin. Reads go to :class:`~shardcron.operations.admin.Admin` built with ``cached=True``
 (a watched copy of the namespace, so a refresh costs no registry round trip) and to the
 history queries of :mod:`shardcron.tracing.history`; every action is one ``Admin`` call whose
 result is reported on the next page as a one-line message.
@@ -40,7 +40,6 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shardcron.admin import Admin
 from shardcron.console.auth import Accounts
 from shardcron.console.changes import Changes
 from shardcron.console.guard import (
@@ -51,6 +50,7 @@ from shardcron.console.guard import (
 )
 from shardcron.console.pages import Pages
 from shardcron.console.site import HERE, Console
+from shardcron.operations.admin import Admin
 
 Endpoint = Callable[[Request], Awaitable[Response] | Response]
 

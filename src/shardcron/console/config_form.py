@@ -1,7 +1,7 @@
 """The job config edit form: which keys it shows, and what a submitted form changes.
 
 The form shows the current value of every key an operator may change. On submit only the
-keys whose text differs are sent to :meth:`shardcron.admin.Admin.update_config`, which
+keys whose text differs are sent to :meth:`shardcron.operations.admin.Admin.update_config`, which
 converts and validates them and names the key of a bad value. So a key the operator did
 not touch is never rewritten, and two operators editing different keys do not undo each
 other's change. Properties are edited as ``NAME=VALUE`` lines; a line removed from the
@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shardcron.errors import ConfigError
-from shardcron.jobconfig import JobConfig
-from shardcron.jobtypes import (
+from shardcron.config.job import JobConfig
+from shardcron.config.jobtypes import (
     DEFAULT_ERROR_HANDLER,
     DEFAULT_EXECUTOR_SERVICE_HANDLER,
     DEFAULT_SHARDING_STRATEGY,
@@ -24,7 +23,8 @@ from shardcron.jobtypes import (
     EXECUTOR_SERVICE_HANDLERS,
     SHARDING_STRATEGIES,
 )
-from shardcron.secrecy import redact_props
+from shardcron.config.secrecy import redact_props
+from shardcron.errors import ConfigError
 
 PROPS = "props"
 

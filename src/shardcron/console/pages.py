@@ -16,18 +16,18 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from shardcron.config.secrecy import redact_text
 from shardcron.console import config_form
 from shardcron.console.chart import run_chart
 from shardcron.console.history import _FILTERS, PAGE_SIZES, _history_options, _paging
 from shardcron.console.site import Console, href
+from shardcron.coordination.events import FireState
 from shardcron.errors import ConfigError, JobNotFoundError, ServerNotFoundError, ShardcronError
-from shardcron.events import FireState
-from shardcron.jobstats import JobOverview
 from shardcron.model import ExecutionSource
-from shardcron.secrecy import redact_text
+from shardcron.observability.workercard import card_path, parse_card
+from shardcron.operations.jobstats import JobOverview
 from shardcron.tracing import history as queries
 from shardcron.tracing.last import LastRun, last_runs
-from shardcron.workercard import card_path, parse_card
 
 CHART_RUNS = 60
 RECENT_RUNS = 10

@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from shardcron.admin import Admin
 from shardcron.console import formats
 from shardcron.console.actions import question
 from shardcron.console.auth import (
@@ -29,6 +28,7 @@ from shardcron.console.auth import (
     same_token,
 )
 from shardcron.console.guard import LoginThrottle, login_keys
+from shardcron.operations.admin import Admin
 
 HERE = Path(__file__).parent
 

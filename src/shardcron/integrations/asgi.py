@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
-from shardcron.scheduler import Scheduler
+from shardcron.scheduler.process import Scheduler
 
 CONNECT_TIMEOUT_SECONDS = 30.0
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shardcron.scheduler import Scheduler
+from shardcron.scheduler.process import Scheduler
 
 CONNECT_TIMEOUT_SECONDS = 30.0
 

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
-from shardcron.registry import EventType, NodeEvent, NodeListener
+from shardcron.registry.contract import EventType, NodeEvent, NodeListener
 
 log = logging.getLogger(__name__)
 

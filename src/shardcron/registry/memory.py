@@ -24,7 +24,8 @@ from shardcron.errors import (
     SessionExpiredError,
     TransactionError,
 )
-from shardcron.registry import (
+from shardcron.registry.cache import CacheIndex, EventSink, EventThread, LocalTree, is_below
+from shardcron.registry.contract import (
     Answer,
     CacheSpec,
     Check,
@@ -40,7 +41,6 @@ from shardcron.registry import (
     Stat,
     settle,
 )
-from shardcron.registry.cache import CacheIndex, EventSink, EventThread, LocalTree, is_below
 from shardcron.registry.memoryserver import MemoryServer
 
 __all__ = ["MemoryLock", "MemoryRegistry", "MemoryServer", "MemoryTreeCache"]

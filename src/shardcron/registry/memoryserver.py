@@ -27,8 +27,8 @@ from shardcron.errors import (
     SessionExpiredError,
     TransactionError,
 )
-from shardcron.registry import Check, Create, Delete, Op, OpResult, SetData, Stat
 from shardcron.registry.cache import join, parent_of
+from shardcron.registry.contract import Check, Create, Delete, Op, OpResult, SetData, Stat
 
 
 class Session(Protocol):

@@ -25,8 +25,9 @@ from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 
 from shardcron.errors import ConnectionLostError, RegistryError
-from shardcron.registry import CacheSpec, zkwire
+from shardcron.registry import zkwire
 from shardcron.registry.cache import CacheIndex, EventThread, LocalTree, join
+from shardcron.registry.contract import CacheSpec
 from shardcron.registry.zkwire import NO_NODE, kazoo_errors, translate
 
 log = logging.getLogger(__name__)

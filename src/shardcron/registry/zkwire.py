@@ -70,7 +70,7 @@ from shardcron.errors import (
     RegistryError,
     SessionExpiredError,
 )
-from shardcron.registry import Check, Create, Delete, Op, SetData
+from shardcron.registry.contract import Check, Create, Delete, Op, SetData
 
 PERSISTENT_RECURSIVE = 1
 GET_DATA, GET_CHILDREN = 4, 8

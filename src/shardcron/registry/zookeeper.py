@@ -21,13 +21,15 @@ from kazoo.recipe.lock import Lock as KazooLock
 from kazoo.retry import KazooRetry
 from kazoo.security import CREATOR_ALL_ACL, Permissions, make_digest_acl
 
+from shardcron.config.registry import RegistryConfig
 from shardcron.errors import (
     ConfigError,
     NoNodeError,
     RegistryError,
     TransactionError,
 )
-from shardcron.registry import (
+from shardcron.registry import zkwire
+from shardcron.registry.contract import (
     Answer,
     CacheSpec,
     Node,
@@ -38,12 +40,10 @@ from shardcron.registry import (
     SessionState,
     Stat,
     settle,
-    zkwire,
 )
 from shardcron.registry.zkcache import ZooKeeperCaches, ZooKeeperTreeCache
 from shardcron.registry.zkwire import kazoo_errors as _errors
 from shardcron.registry.zkwire import translate as _translate
-from shardcron.registryconfig import RegistryConfig
 
 log = logging.getLogger(__name__)
 # kazoo warns when a client's chroot (our namespace) does not exist yet: start() creates

@@ -1,6 +1,6 @@
 """Seeded fault exploration on virtual time (issue 12, points 7 and 8).
 
-Many instances of :class:`shardcron.runtime.JobRuntime` run on one embedded registry,
+Many instances of :class:`shardcron.coordination.runtime.JobRuntime` run on one embedded registry,
 on a virtual clock, single-threaded, with faults injected at the registry boundary and
 operators acting, all drawn from one seed; :mod:`shardcron.simulation.checks` states and
 checks the invariants. ``python -m shardcron.simulation --seeds N`` explores seeds;

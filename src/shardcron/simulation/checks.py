@@ -53,8 +53,8 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shardcron.coordination.paths import JobPaths
 from shardcron.model import ExecutionSource
-from shardcron.paths import JobPaths
 from shardcron.simulation.ledger import Ledger, Run
 
 EARLY = 0.1  # a fire's items are claimed (and may start) this much before it at most

@@ -4,7 +4,7 @@
 Each :class:`Member` is one process: its own registry session (a ``MemoryRegistry``
 wrapped in the fault layer), its own :class:`SimHost`, one ``JobRuntime`` per job,
 constructed as the ``Scheduler`` does. Operators write what ElasticJob's console and
-lifecycle API write (see ``shardcron.admin``) through a session of their own.
+lifecycle API write (see ``shardcron.operations.admin``) through a session of their own.
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shardcron.claimlead import ClaimLead
-from shardcron.deregistration import Departures
+from shardcron.config.job import JobConfig
+from shardcron.coordination.claimlead import ClaimLead
+from shardcron.coordination.deregistration import Departures
+from shardcron.coordination.events import Observer
+from shardcron.coordination.groupcommit import GroupCommit
+from shardcron.coordination.paths import JobPaths
+from shardcron.coordination.runtime import JobRuntime
 from shardcron.errors import NodeExistsError
-from shardcron.events import Observer
-from shardcron.groupcommit import GroupCommit
-from shardcron.jobconfig import JobConfig
-from shardcron.lanes import lanes_for
-from shardcron.model import ServerStatus, ShardingContext
-from shardcron.paths import JobPaths, instance_id
+from shardcron.execution.lanes import lanes_for
+from shardcron.model import ServerStatus, ShardingContext, instance_id
 from shardcron.registry import SessionState
 from shardcron.registry.memory import MemoryRegistry
 from shardcron.registry.memoryserver import MemoryServer
-from shardcron.runtime import JobRuntime
 from shardcron.simulation.checks import JobTrack, Probe
 from shardcron.simulation.faults import Fault, FaultyRegistry
 from shardcron.simulation.ledger import Ledger, Run

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
+from shardcron.coordination.paths import JobPaths, job_of
 from shardcron.errors import ConnectionLostError, RegistryError
-from shardcron.paths import JobPaths, job_of
 from shardcron.registry import (
     Answer,
     CacheSpec,

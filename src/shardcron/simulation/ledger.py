@@ -12,7 +12,7 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
-from shardcron.events import Event, ItemsSkipped, LeaderChanged
+from shardcron.coordination.events import Event, ItemsSkipped, LeaderChanged
 from shardcron.model import ExecutionSource
 from shardcron.simulation.world import World
 

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shardcron import execution, sharding
+from shardcron.coordination import claims, sharding
 from shardcron.simulation import checks, speed
 from shardcron.simulation.cluster import Cluster, JobSpec, Member
 from shardcron.simulation.faults import Fault, Kind, Timing
@@ -174,7 +174,7 @@ def _probe_every(cluster: Cluster, track: checks.JobTrack, at: float) -> None:
 
 # A quarter of the seeds claim in parts of one item and write layouts a few owners per
 # transaction: a fire too big for one transaction is claimed as several
-# (execution.in_parts), a layout is written as several (sharding.write). Drawn apart
+# (claims.in_parts), a layout is written as several (sharding.write). Drawn apart
 # from the seed's own stream, so that every seed keeps the scenario it had before.
 IN_PARTS_SHARE = 0.25
 IN_PARTS_BYTES = 400
@@ -185,12 +185,12 @@ def run_seed(seed: int, verbose: bool = False) -> Result:
     length = cluster.rng.uniform(3.0, 5.0)
     plan_chaos(cluster, EPOCH + WARM_UP, length)
     in_parts = random.Random(f"parts-{seed}").random() < IN_PARTS_SHARE
-    limits = execution.PART_BYTES, sharding.LAYOUT_BYTES
+    limits = claims.PART_BYTES, sharding.LAYOUT_BYTES
     if in_parts:
-        execution.PART_BYTES = sharding.LAYOUT_BYTES = IN_PARTS_BYTES
+        claims.PART_BYTES = sharding.LAYOUT_BYTES = IN_PARTS_BYTES
     try:
         result = run(cluster, EPOCH + WARM_UP + length)
     finally:
-        execution.PART_BYTES, sharding.LAYOUT_BYTES = limits
+        claims.PART_BYTES, sharding.LAYOUT_BYTES = limits
     result.seed = seed
     return result

@@ -13,9 +13,9 @@ import functools
 import logging
 from collections.abc import Iterator
 
-from shardcron import membership
-from shardcron.instancerecord import instance_yaml
-from shardcron.jobconfig import JobConfig
+from shardcron.config.instancerecord import instance_yaml
+from shardcron.config.job import JobConfig
+from shardcron.coordination import membership
 
 _PARSED: dict[tuple[str, str | None], JobConfig] = {}
 _RENDERED: dict[JobConfig, str] = {}

@@ -2,7 +2,7 @@
 
 Everything a simulated seed does is a callback on :class:`World`'s queue, run in
 ``(time, seq)`` order, so a seed replays exactly. :class:`SimHost` is the
-:class:`shardcron.host.Host` of one simulated instance; :class:`SessionEvents` is the
+:class:`shardcron.coordination.host.Host` of one simulated instance; :class:`SessionEvents` is the
 deterministic event sink of one registry session (inline, or lagging behind).
 """
 

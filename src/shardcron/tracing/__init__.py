@@ -34,10 +34,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Protocol
 
-from shardcron.errors import ShardcronError
-from shardcron.events import (
+from shardcron.config.secrecy import redact_text
+from shardcron.coordination.events import (
     Event,
     FireState,
     FireStatus,
@@ -45,77 +44,20 @@ from shardcron.events import (
     ItemsSkipped,
     ItemStarted,
 )
-from shardcron.model import ExecutionSource, task_id
-from shardcron.paths import INSTANCE_DELIMITER, instance_ip
-from shardcron.secrecy import redact_text
+from shardcron.model import INSTANCE_DELIMITER, ExecutionSource, instance_ip, task_id
+from shardcron.tracing.records import (
+    DROP_REPORT_SECONDS,
+    LITE_EXECUTOR,
+    TEXT_LIMIT,
+    ExecutionRecord,
+    Record,
+    Sink,
+    SinkUnavailable,
+    StatusRecord,
+)
 
 # Not named ``log``: the ``log`` submodule would replace it as a package attribute.
 logger = logging.getLogger(__name__)
-
-TEXT_LIMIT = 4000  # failure_cause and message are VARCHAR(4000) in the Java tables
-LITE_EXECUTOR = "LITE_EXECUTOR"  # the status ``source`` ElasticJob's console expects
-DROP_REPORT_SECONDS = 30.0
-
-
-class SinkUnavailable(ShardcronError):
-    """A sink cannot store records right now (e.g. the database is down); retry later."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExecutionRecord:
-    """One item run: a ``JOB_EXECUTION_LOG`` row. Times are naive local, as Java writes them."""
-
-    id: str
-    job_name: str
-    task_id: str
-    hostname: str
-    ip: str
-    sharding_item: int
-    execution_source: str
-    start_time: datetime
-    complete_time: datetime | None = None
-    is_success: bool = False
-    failure_cause: str | None = None
-
-    @property
-    def completed(self) -> bool:
-        return self.complete_time is not None
-
-    @property
-    def seconds(self) -> float | None:
-        if self.complete_time is None:
-            return None
-        return (self.complete_time - self.start_time).total_seconds()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StatusRecord:
-    """One state of one fire on one instance: a ``JOB_STATUS_TRACE_LOG`` row."""
-
-    id: str
-    job_name: str
-    original_task_id: str
-    task_id: str
-    slave_id: str  # the instance's IP
-    source: str
-    execution_type: str  # READY, or FAILOVER for a fire that runs a failed-over item
-    sharding_item: str  # the fire's items as Java prints a list: "[0, 1]"
-    state: str
-    message: str | None
-    creation_time: datetime
-
-
-Record = ExecutionRecord | StatusRecord
-
-
-class Sink(Protocol):
-    """Stores records; called on the tracer's writer thread only."""
-
-    def write(self, records: Sequence[Record]) -> None:
-        """Store ``records`` in order; raise :class:`SinkUnavailable` to get them again later."""
-        ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,3 +347,19 @@ def _task_id_of(job: str, items: tuple[int, ...], instance: str) -> str:
 def _name(sink: Sink) -> str:
     describe = getattr(sink, "describe", None)
     return str(describe()) if callable(describe) else type(sink).__name__
+
+
+__all__ = [
+    "DROP_REPORT_SECONDS",
+    "LITE_EXECUTOR",
+    "TEXT_LIMIT",
+    "ExecutionRecord",
+    "Record",
+    "Sink",
+    "SinkUnavailable",
+    "StatusRecord",
+    "TraceStats",
+    "Tracer",
+    "failure_cause",
+    "open_tracer",
+]

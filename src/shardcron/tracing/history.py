@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from shardcron.errors import ConfigError
-from shardcron.tracing import ExecutionRecord, StatusRecord
+from shardcron.tracing.records import ExecutionRecord, StatusRecord
 from shardcron.tracing.schema import Tables, reflect
 
 MAX_PAGE = 1000

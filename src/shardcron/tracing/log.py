@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from shardcron.tracing import ExecutionRecord, Record
+from shardcron.tracing.records import ExecutionRecord, Record
 
 
 class LogSink:

@@ -31,7 +31,6 @@ from sqlalchemy.exc import (
 )
 
 from shardcron.errors import ConfigError
-from shardcron.tracing import ExecutionRecord, Record, SinkUnavailable, StatusRecord
 from shardcron.tracing.history import (
     MAX_PAGE,
     JobSummary,
@@ -42,6 +41,7 @@ from shardcron.tracing.history import (
     recent_runs,
     statuses,
 )
+from shardcron.tracing.records import ExecutionRecord, Record, SinkUnavailable, StatusRecord
 from shardcron.tracing.schema import (
     EXECUTION_LOG,
     STATUS_INDEX,

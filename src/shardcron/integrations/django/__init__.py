@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from shardcron.errors import ConfigError
-from shardcron.launch import scheduler_from_file
-from shardcron.scheduler import Scheduler
+from shardcron.scheduler.launch import scheduler_from_file
+from shardcron.scheduler.process import Scheduler
 
 SETTING = "SHARDCRON"
 

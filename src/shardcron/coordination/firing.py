@@ -1,0 +1,512 @@
+"""The fire side of one job on one instance: its timer, claims, runs and completions.
+
+:class:`Firing` belongs to a :class:`shardcron.coordination.runtime.JobRuntime` and, like it, runs on
+the coordinator thread only. Its timer (:mod:`shardcron.coordination.firetimer`) arms the next fire
+from the job's trigger; it claims the instance's items ahead of the second (one
+multi-op, or one per part of a fire too big for one), hands them to the fire path
+(:mod:`shardcron.execution.lanes`) on the second, completes the claim when the last item returns
+(one multi-op), has skipped items re-run once (:mod:`shardcron.coordination.misfires`) and queued
+failover items claimed (:mod:`shardcron.coordination.failover`). A fire found while resharding is
+pending waits (one per job, coalesced) for the new layout instead of holding a thread. A
+claim or completion whose answer was lost stays listed until :meth:`Firing.resolve`
+settles it from the registry after the reconnect.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from shardcron.coordination import claims, deregistration, election, failover, healing, sharding
+from shardcron.coordination.clockskew import ClockCheck
+from shardcron.coordination.firetimer import FireTimer, TimedJob
+from shardcron.coordination.idleflag import IdleFlag
+from shardcron.coordination.inflight import Fire, Lanes
+from shardcron.coordination.localitems import LocalItems
+from shardcron.coordination.misfires import MisfiredJob, Misfires
+from shardcron.errors import RegistryError, ShardcronError, TransactionError
+from shardcron.model import (
+    INSTANCE_DELIMITER,
+    ExecutionSource,
+    ShardingContext,
+    item_ranges,
+    task_id,
+)
+
+log = logging.getLogger(__name__)
+
+
+class FiringJob(MisfiredJob, TimedJob, deregistration.Departing, Protocol):
+    """What :class:`Firing` and its parts (timer, misfires, failover claims) need of the job."""
+
+    @property
+    def resharder(self) -> sharding.Resharder: ...
+
+    @property
+    def healer(self) -> healing.Healer: ...
+
+    @property
+    def departures(self) -> deregistration.Departures: ...
+
+    @property
+    def workers(self) -> int:
+        """How many of its items run at once here (the job's lanes)."""
+        ...
+
+    @property
+    def claim_took(self) -> Callable[[float], None]:
+        """Told how long after its claim was asked a fire was ready."""
+        ...
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A fire waiting for resharding to finish."""
+
+    when: float
+    source: ExecutionSource
+    only: list[int] | None
+
+
+class Firing:
+    def __init__(self, rt: FiringJob, path: Lanes) -> None:
+        self.rt = rt
+        self.path = path
+        self.idle = IdleFlag()
+        self.items = LocalItems(rt)
+        self.timer = FireTimer(rt, self)
+        self._layout_asked = False  # the first layout is due ahead of the first fire
+        self._reserved: set[int] = set()  # items claimed or being claimed here
+        self._fires: list[Fire] = []  # fires in flight (running, or completion pending)
+        self._unsure: list[Fire] = []  # claims whose answer was lost
+        self._unfinished: list[Fire] = []  # completions whose answer was lost
+        self._claiming: list[Fire] = []  # claims sent with the tick's group commit
+        self._completing: list[Fire] = []  # completions sent likewise
+        self._pending: _Pending | None = None
+        self._clock = ClockCheck(rt.name, rt.registry, rt.paths.system_time, rt.host.now)
+        self.misfires = Misfires(rt, self)
+        self.failovers = failover.Claims(rt, self)
+        self._keep_going = self.keep_going  # one bound method for the contexts of every fire
+
+    @property
+    def running_items(self) -> list[int]:
+        return sorted(i for fire in self._fires for i in fire.items)
+
+    @property
+    def waiting(self) -> bool:
+        """A fire waits for a resharding."""
+        return self._pending is not None
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._fires)
+
+    @property
+    def running(self) -> bool:
+        """Some fire here is not over: claimed, or its items not all returned. A fire whose
+        completion alone is on its way is over."""
+        return any(not fire.ended for fire in self._fires)
+
+    def reserved(self, item: int) -> bool:
+        return item in self._reserved
+
+    @property
+    def reserving(self) -> bool:
+        """Some item is claimed, or being claimed, here."""
+        return bool(self._reserved)
+
+    def stop(self) -> None:
+        """No new fire; hand back claims made ahead of a second that has not come."""
+        self.timer.cancel()
+        self._pending = None
+        for fire in self._fires[:]:
+            if fire in self._unsure or fire in self._claiming:
+                continue  # a claim still in flight is completed when it returns
+            if fire.context is None or (fire.gate is not None and fire.gate.cancel()):
+                self.complete(fire)
+        self._let_go_of_unsure()
+
+    def _let_go_of_unsure(self) -> None:
+        """Stopping while the registry is unreachable: claims whose answer was lost are
+        dropped, not kept until the registry can say whether they went through. Their items
+        never started; if a claim did go through, this instance's lease ends with this
+        session and the leader's sweep clears it as after a crash. Keeping them held the stop
+        for its whole grace, and then reported items "still running" that never ran."""
+        if not self.rt.stopped or self.rt.registry.connected:
+            return  # connected: the next heal settles them (and hands them back)
+        for fire in self._unsure[:]:
+            self._unsure.remove(fire)
+            self.drop(fire)
+
+    def claim_holds(self, fire: Fire) -> bool:
+        """Items start only while the session that claimed them lives (as far as we know)
+        and is connected. The connection is asked, not only the coordinator's view of it:
+        a staged fire starts on a worker, which may come before the coordinator has read
+        a SUSPENDED queued behind other work."""
+        registry = self.rt.registry
+        return not self.rt.suspended and registry.connected and fire.session == registry.session_id
+
+    def resolve(self) -> None:
+        """Settle the requests whose answers were lost, from what the registry holds. A
+        fire leaves its list only once settled: a fault meanwhile leaves it for next time."""
+        for fire in self._unsure[:]:
+            applied = claims.settle(
+                self.rt.registry, self.rt.paths, fire.items, self.rt.instance, fire.session
+            )
+            self._unsure.remove(fire)
+            if applied.items:
+                self._release([i for i in fire.items if i not in applied.items])
+                fire.claim, fire.items = applied, applied.items
+                if self.rt.stopped:
+                    self.complete(fire)  # stopping: hand it back, as a claim made ahead
+                else:
+                    self.dispatch(fire)  # it went through: run it, late, as its fire's run
+            else:
+                self.drop(fire)
+                if fire.source is not ExecutionSource.FAILOVER:
+                    self.misfires.skip(
+                        fire.items, "registry connection lost while claiming", fire.when
+                    )
+        for fire in self._unfinished[:]:
+            self._unfinished.remove(fire)
+            self.complete(fire)  # puts it back if the registry fails again
+
+    # -- fires --------------------------------------------------------------------------
+
+    def fire(
+        self,
+        source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER,
+        only: list[int] | None = None,
+        start_at: float | None = None,
+        trust_cache: bool = True,
+    ) -> None:
+        """Claim this instance's items now and run them at ``start_at`` (or at once).
+        Without ``trust_cache``, items the cache shows running are claimed all the same
+        (the registry refuses those still running): the cache may still show the claim
+        this instance has just completed."""
+        when = self.rt.host.now() if start_at is None else start_at
+        if self.rt.stopped:
+            return
+        if self.rt.suspended:
+            self.misfires.skip(self.items.mine(only), "registry connection lost", when)
+            return
+        try:
+            skew = self._clock.skew(self.rt.config.max_time_diff_seconds)
+            if skew is not None and not self.path.report(None, skew):
+                return  # a THROW handler aborts the fire, as in Java
+            if self.rt.reshard_due or sharding.is_necessary(self.rt.cache, self.rt.paths):
+                if self._pending is not None and self._pending.when != when:
+                    # This newer fire runs the same items: no misfire re-run on top of it.
+                    superseded = self.items.mine(self._pending.only)
+                    self.misfires.skip(superseded, "resharding in progress", when, misfire=False)
+                self._pending = _Pending(when, source, only)
+                if self.rt.is_leader():
+                    self.rt.resharder.reshard()
+                return
+            items = self.items.to_fire(only)
+            busy = [i for i in items if i in self._reserved]
+            if busy:
+                followed = self._follow(busy, source, when)
+                busy = [i for i in busy if i not in followed]
+            self.misfires.skip_held(busy, self._fires, when)
+            free = [i for i in items if i not in self._reserved]
+            if self.rt.config.monitor_execution:
+                # A claim too big for one transaction is several fires of the same second,
+                # each with its own claim (and fencing token), completion and listeners' calls.
+                parts = claims.claim_parts(self.rt.registry, self.rt.paths, free, self.rt.instance)
+            else:
+                parts = [free] if free else []
+            for part in parts:
+                self._claim_and_run(part, source, when, trust_cache)
+        except ShardcronError as exc:  # registry faults, a broken custom strategy
+            self._report(exc)
+
+    def _follow(self, items: list[int], source: ExecutionSource, when: float) -> set[int]:
+        """Those of ``items`` held by an earlier fire here: this fire claims them once that
+        fire's completion is applied, instead of skipping them as still running. Claimed a
+        lead ahead of its second, a fire would skip runs that end before it, as no fire
+        claimed on the second (nor ElasticJob) does: with misfire off, a job lost every
+        other fire. A run still going on the second is skipped then. One fire follows each."""
+        followed: set[int] = set()
+        wanted = set(items)
+        for fire in self._fires:
+            if fire.follow is None:
+                mine = [i for i in fire.items if i in wanted]
+                if mine:
+                    fire.follow = (source, when, mine)
+                    followed.update(mine)
+                    if not fire.ended:
+                        self._look_on_the_second(fire, when)
+        return followed
+
+    def _look_on_the_second(self, fire: Fire, when: float) -> None:
+        """On the second ``when`` of the fire that follows ``fire``: if ``fire``'s items
+        still run, that fire misfired, as one claimed on its second would have."""
+        delay = max(0.0, when - self.rt.host.now())
+        # A partial (see _claim_and_run): a busy every-second job's fires all follow.
+        self.rt.host.call_later(delay, functools.partial(self._on_the_second, fire, when))
+
+    def _on_the_second(self, fire: Fire, when: float) -> None:
+        def overran() -> None:
+            if fire.ended or fire.follow is None or fire.follow[1] != when:
+                return
+            items, fire.follow = fire.follow[2], None
+            self.misfires.skip_held(items, self._fires, when)
+
+        self.rt.guarded(overran, "fire")
+
+    def _report(self, error: ShardcronError) -> None:
+        self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)
+
+    def run_pending(self) -> None:
+        pending, rt = self._pending, self.rt
+        if rt.reshard_due:
+            # A cache that shows no leader yet is behind our own election, not a sign
+            # that leadership moved on.
+            leader = election.leader(rt.cache, rt.paths)
+            if leader is not None and leader != rt.instance:
+                rt.reshard_due = False  # the new leader reshards
+            elif (
+                leader == rt.instance
+                and not rt.stopped
+                and (pending is not None or self._first_layout_ahead())
+            ):
+                rt.resharder.reshard()  # a fire waits for it, or a big first layout goes ahead of any
+        if pending is None or rt.stopped or rt.reshard_due:
+            return
+        if sharding.is_necessary(self.rt.cache, self.rt.paths):
+            return
+        self._pending = None
+        self.fire(pending.source, pending.only, max(pending.when, self.rt.host.now()))
+
+    def _first_layout_ahead(self) -> bool:
+        """A first layout goes out ahead of the first fire, once the instances starting
+        together have joined. One too big for one transaction goes as soon as they have:
+        written at the first fire, it would hold that fire for the seconds it takes (and
+        the fire of a rare job for hours). A small one goes when the fire's timer asks
+        (:data:`~shardcron.coordination.firetimer.FIRST_LAYOUT_AHEAD_SECONDS` before the fire's
+        claim): written with that claim, as in ElasticJob, the layouts of a herd of
+        10,000 jobs held their first fire for seconds."""
+        rt = self.rt
+        if sharding.has_sharding(rt.cache, rt.paths):
+            return False
+        total = rt.config.sharding_total_count
+        return self._layout_asked or not sharding.first_layout_fits(
+            rt.registry, rt.paths, total, rt.instance
+        )
+
+    def ask_layout_ahead(self) -> None:
+        """The timer: the first fire's claim is near enough to have its layout written."""
+        self._layout_asked = True
+        self.rt.guarded(self.run_pending, "layout")
+
+    def hold(self, fire: Fire) -> None:
+        """Track ``fire``, about to be claimed, until it completes or is dropped; its items
+        stay reserved here meanwhile."""
+        self._reserved.update(fire.items)
+        self._fires.append(fire)
+        if fire.items:
+            self.idle.clear()
+
+    def _release(self, items: Sequence[int]) -> None:
+        self._reserved.difference_update(items)
+
+    def _claim_and_run(
+        self, items: list[int], source: ExecutionSource, when: float, trust_cache: bool = True
+    ) -> None:
+        session, next_claim = self.rt.registry.session_id, self.timer.next_claim()
+        if not self.rt.config.monitor_execution:
+            fire = Fire(items, claims.Claim(items), source, session, when, next_claim)
+            self.hold(fire)
+            self._claimed(fire)
+            return
+        request = claims.Claiming(
+            self.rt.cache, self.rt.paths, items, self.rt.instance, trust_cache=trust_cache
+        )
+        # The request's result is the fire's claim, and its answer goes to a partial, not a
+        # closure: a worker of thousands of jobs has thousands of claims in flight whenever
+        # the garbage collector runs, and it scans every object of them.
+        fire = Fire(items, request.result, source, session, when, next_claim)
+        self.hold(fire)
+        self._claiming.append(fire)
+        asked = self.rt.host.released()  # a herd's claims are asked for in one timer tick
+        then = functools.partial(self._claim_answered, fire, asked)
+        self.rt.commits.submit(request, then)
+
+    def _claim_answered(self, fire: Fire, asked: float, error: RegistryError | None) -> None:
+        self._claiming.remove(fire)
+        self.rt.guarded(lambda: self._on_claim(fire, error), "claim")
+        # How long it took tells the next lead, claimed ahead or not: a herd's first fire,
+        # claimed once its layouts are written, teaches the next one.
+        self.rt.claim_took(self.rt.host.now() - asked)
+
+    def _on_claim(self, fire: Fire, error: RegistryError | None) -> None:
+        """The claim's answer: ``fire.claim`` is the request's result, applied."""
+        if isinstance(error, TransactionError):
+            self.drop(fire)
+            self._report(error)
+        elif error is not None:
+            self.claim_unsure(fire)
+            self._report(error)
+            self._let_go_of_unsure()
+        else:
+            if fire.claim.versions:
+                self.rt.commits.claimed()
+            if self.rt.stopped:
+                self.complete(fire)  # stopped while the claim was in flight: hand it back
+            else:
+                self._claimed(fire)
+
+    def _claimed(self, fire: Fire) -> None:
+        if fire.claim.contended:
+            self.misfires.skip(fire.claim.contended, "still running on another instance", fire.when)
+            self._release(fire.claim.contended)
+        if fire.claim.unleased:
+            reason = "this instance's lease is missing (a new session): registering again"
+            self.misfires.skip(fire.claim.unleased, reason, fire.when)
+            self._release(fire.claim.unleased)
+            self.rt.healer.soon()
+        fire.items = fire.claim.items
+        if not fire.items:
+            self.drop(fire)
+            return
+        when = fire.when
+        wait = when - self.rt.host.now()
+        if wait > 0 and self.path.stages:
+            self.dispatch(fire, at=when)  # claimed ahead of time: the timer starts its items
+        elif wait > 0:
+            self.rt.host.call_later(
+                wait, lambda: self.rt.guarded(lambda: self.dispatch(fire), "dispatch")
+            )
+        else:
+            self.dispatch(fire)
+
+    def claim_unsure(self, fire: Fire) -> None:
+        """The answer to ``fire``'s claim was lost: :meth:`resolve` settles it once
+        reconnected."""
+        self._unsure.append(fire)
+
+    def drop(self, fire: Fire) -> None:
+        """Stop tracking ``fire`` (completed, or its claim failed): its items are free, and
+        a fire that follows it claims them."""
+        self._release(fire.items)
+        if fire in self._fires:
+            self._fires.remove(fire)
+        if not self._fires:
+            self.idle.set()
+            if self.rt.stopped:
+                self.rt.departures.add(self.rt)
+        follow, fire.follow = fire.follow, None
+        if follow is not None and not self.rt.stopped:
+            self._run_follow(follow)
+
+    def _run_follow(self, follow: tuple[ExecutionSource, float, list[int]]) -> None:
+        source, when, items = follow
+        self.fire(source, items, when, trust_cache=False)  # runs them: no re-run to look for
+
+    def dispatch(self, fire: Fire, at: float | None = None) -> None:
+        """Start ``fire``'s items now, or stage them to start at ``at``."""
+        if fire not in self._fires:
+            return  # handed back by a stop before its second came
+        if not self.claim_holds(fire):
+            # The claim may have died with the session meanwhile: never start on it.
+            self.misfires.skip(
+                fire.items,
+                "registry connection or session lost before the items started",
+                fire.when,
+            )
+            self.complete(fire)
+            return
+        cfg = self.rt.config
+        params = cfg.sharding_parameters()
+        tid = task_id(
+            self.rt.name, fire.items, self.rt.ip, self.rt.instance.split(INSTANCE_DELIMITER)[-1]
+        )
+        contexts = [
+            ShardingContext(
+                job_name=self.rt.name,
+                task_id=tid,
+                sharding_total_count=cfg.sharding_total_count,
+                job_parameter=cfg.job_parameter,
+                sharding_item=item,
+                sharding_parameter=params.get(item),
+                fencing_token=fire.claim.token,
+                source=fire.source,
+                _claim_check=self._claim_check(item, fire.claim.token),
+                _keep_going=self._keep_going,
+            )
+            for item in fire.items
+        ]
+        self.path.begin(
+            fire, contexts, cfg.sharding_total_count, cfg.job_parameter, self.rt.workers, at
+        )
+
+    def keep_going(self) -> bool:
+        return (
+            not self.rt.stopped
+            and not self.rt.suspended
+            and self.rt.registry.connected
+            and not sharding.is_necessary(self.rt.cache, self.rt.paths)
+        )
+
+    def _claim_check(self, item: int, token: int) -> Callable[[], bool]:
+        if not self.rt.config.monitor_execution:
+            return lambda: not self.rt.stopped
+        # A partial (see _claim_and_run): every item of a fire in flight carries one.
+        return functools.partial(claims.is_current, self.rt.registry, self.rt.paths, item, token)
+
+    def complete(self, fire: Fire) -> None:
+        """All items returned: the ``after`` listeners and the fire's status, then remove
+        the claim (conditional on it, with the tick's group commit). A lost answer leaves
+        the claim pending, and its items reserved here: :meth:`resolve` retries it after
+        the reconnect."""
+        paths = self.rt.paths
+        if not fire.ended:
+            fire.ended = True
+            self.path.end(fire)
+        if not fire.claim.versions:
+            self._completed(fire)
+            return
+        if fire in self._completing:
+            return
+        extra = (
+            {i: failover.complete_ops(paths, i) for i in fire.items}
+            if fire.source is ExecutionSource.FAILOVER
+            else None
+        )
+        request = claims.Completing(paths, fire.claim.versions, extra)
+        self._completing.append(fire)
+
+        then = functools.partial(self._completion_answered, fire)  # see _claim_and_run
+        self.rt.commits.submit_completion(request, then)
+
+    def _completion_answered(self, fire: Fire, error: RegistryError | None) -> None:
+        self._completing.remove(fire)
+        if error is None:
+            self.rt.guarded(lambda: self._completed(fire), "completion")
+            return
+        log.warning(
+            "job %s: completion of items %s pending (%s)",
+            self.rt.name,
+            item_ranges(fire.items),
+            error,
+        )
+        if fire not in self._unfinished:
+            self._unfinished.append(fire)
+
+    def _completed(self, fire: Fire) -> None:
+        follow, fire.follow = fire.follow, None  # claimed below, after failover items
+        self.drop(fire)
+        if self.rt.stopped:
+            return
+        # Queued failover items first: they go to idle instances, and this one is idle
+        # now, between two fires, as in ElasticJob. Claimed first, the fire that follows
+        # kept a busy instance busy for good, and the items waited for another.
+        self.failovers.claim(phase=1)
+        if follow is not None:
+            self._run_follow(follow)
+        elif fire.source is not ExecutionSource.FAILOVER:
+            self.misfires.rerun(fire.items)

@@ -1,0 +1,66 @@
+"""Which of a job's items this instance fires, read from the job's cache.
+
+:class:`LocalItems` belongs to a :class:`shardcron.coordination.firing.Firing` and runs on the
+coordinator thread only. Its share of the layout is read at every fire, heal and timer
+arming, a walk over all the job's items: it is kept while the cache shows the same values
+(their version, read before the walk, says so; the claims of every fire change only
+flags, not values). What a fire claims is that share less the items disabled, failed
+over to another instance or queued for failover, and nothing while this server is
+disabled or its instance node is gone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shardcron.coordination import failover, membership, sharding
+
+if TYPE_CHECKING:
+    from shardcron.coordination.job import JobState
+
+_NOT_READ: tuple[tuple[int, int], tuple[int, ...], bool] = ((-1, -1), (), False)
+
+
+class LocalItems:
+    def __init__(self, rt: JobState) -> None:
+        self.rt = rt
+        self._read = _NOT_READ  # (cache values version, count), items, server enabled
+        self._instance_node = rt.paths.instance(rt.instance)
+
+    def mine(self, only: list[int] | None = None) -> list[int]:
+        """This instance's share of the layout (those of ``only``, if given)."""
+        items = self._layout()[0]
+        if only is None:
+            return list(items)
+        wanted = set(only)
+        return [i for i in items if i in wanted]
+
+    @property
+    def count(self) -> int:
+        """How many items this instance has (read at every fire's arming: no copy)."""
+        return len(self._layout()[0])
+
+    def to_fire(self, only: list[int] | None) -> list[int]:
+        """The items a fire here claims (of ``only``, if given)."""
+        cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
+        mine, server_enabled = self._layout()
+        if not server_enabled or not cache.exists(self._instance_node):
+            return []
+        if only is not None:
+            wanted = set(only)
+            mine = tuple(i for i in mine if i in wanted)
+        items = [i for i in mine if not cache.exists(paths.disabled(i))]
+        if cfg.failover:
+            taken = failover.items_failed_over_elsewhere(cache, paths, items)
+            taken |= set(failover.queued(cache, paths))
+            items = [i for i in items if i not in taken]
+        return items
+
+    def _layout(self) -> tuple[tuple[int, ...], bool]:
+        cache, paths, total = self.rt.cache, self.rt.paths, self.rt.config.sharding_total_count
+        key = (cache.values_version, total)
+        if key != self._read[0]:
+            mine = sharding.local_items(cache, paths, self.rt.instance, total)
+            enabled = membership.server_enabled(cache, paths, self.rt.ip)
+            self._read = (key, tuple(mine), enabled)
+        return self._read[1], self._read[2]
