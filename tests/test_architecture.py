@@ -121,3 +121,21 @@ def test_the_checks_see_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
     found = list(imports(fake))
     assert found == [(1, "shardcron.scheduler.process")]
     assert RANK[part("shardcron.scheduler.process")] > RANK[part("shardcron.config.bad")]
+
+
+def test_old_module_paths_still_import_the_moved_modules_with_a_warning() -> None:
+    import importlib
+    import sys
+    import warnings
+
+    from shardcron import _moved
+
+    for old, new in _moved.MOVED.items():
+        sys.modules.pop(f"shardcron.{old}", None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(f"shardcron.{old}")
+        assert module is importlib.import_module(f"shardcron.{new}")
+        assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [
+            f"shardcron.{old} has moved to shardcron.{new}; import it from there"
+        ]

@@ -15,7 +15,8 @@ import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
-# old name under ``shardcron.`` -> new name under ``shardcron.``
+# old name under ``shardcron.`` -> new name under ``shardcron.``. Old names that a new
+# package took (config, testing, scheduler, cli, execution) are that package now.
 MOVED = {
     "admin": "operations.admin",
     "arenas": "cli.arenas",
@@ -33,7 +34,6 @@ MOVED = {
     "election": "coordination.election",
     "errorhandlers": "execution.errorhandlers",
     "events": "coordination.events",
-    "execution": "coordination.claims",
     "explain": "config.explain",
     "failover": "coordination.failover",
     "firetimer": "coordination.firetimer",
