@@ -66,7 +66,7 @@ T = TypeVar("T")
 # full collections over a million objects every few seconds (pauses up to 0.8 s); with
 # room for a tick's garbage most of it dies young. The room grows with the jobs: a young
 # collection scans all it holds, and the garbage it waits for is memory. Measured in
-# docs/performance-history.md (twelfth session) and docs/deployment.md.
+# docs/deployment.md.
 GC_YOUNG_PER_JOB = 10
 GC_YOUNG_THRESHOLD = 50_000  # the most, by default (reached at 5,000 jobs)
 # After the grace, how long a stop with nothing running waits for its jobs to deregister
