@@ -128,7 +128,7 @@ def test_two_workers_starting_the_same_jobs_together_both_register() -> None:
 
 
 def test_groups_stay_below_the_transaction_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("shardcron.registry.MAX_TRANSACTION_BYTES", 8 * 1024)
+    monkeypatch.setattr("shardcron.registry.contract.MAX_TRANSACTION_BYTES", 8 * 1024)
     registry = Recording(MemoryServer())
     _run(registry)
     assert len(registry.groups) > 2  # cut by size, every job registered all the same
