@@ -98,7 +98,7 @@ def _shardcron_command(engine: Engine, jobs: int, zk: BenchZooKeeper, tmp: Path)
         if engine is Engine.MEMORY
         else registry_url(zk, namespace, SESSION_MS)
     )
-    cli = [sys.executable, "-m", "shardcron.cli", "run", str(config), "--registry", url]
+    cli = [sys.executable, "-m", "shardcron", "run", str(config), "--registry", url]
     return [*cli, "--instance-id", INSTANCE]
 
 

@@ -60,7 +60,7 @@ def launch_to_first_item(zk: BenchZooKeeper, tmp: Path, phase: float) -> float:
     )
     ledger = tmp / f"{namespace}.ledger"
     url = registry_url(zk, namespace, SESSION_MS)
-    cmd = [sys.executable, "-m", "shardcron.cli", "run", str(config), "--registry", url]
+    cmd = [sys.executable, "-m", "shardcron", "run", str(config), "--registry", url]
     sleep_until(math.floor(time.time()) + 1 + phase)
     launched = time.time()
     proc = spawn(

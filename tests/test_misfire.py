@@ -397,3 +397,48 @@ def test_jobs_skipping_at_every_fire_log_a_line_a_minute_per_reason() -> None:
     )
     assert lines.also("still running", "a", 161.0) is None
     assert lines.also("misfired", "c", 161.0) == ""
+
+
+def test_a_fire_of_an_item_held_by_a_failover_run_is_skipped_then_rerun_once_it_ends() -> None:
+    """Issue 55 case 3: A owns item 0 while B still runs it as a failover run. A's fires
+    of item 0 are skipped, with a record and a misfire flag, and the item runs once more
+    as a misfire when B's failover run ends: not dropped silently."""
+    paths = JobPaths("held")
+    config = JobConfig(job_name="held", sharding_total_count=1, failover=True)  # no cron
+    other = MemoryRegistry()
+    other.start()
+    registry = MemoryRegistry(other.server)
+    other.put(paths.config, config.to_yaml().encode())
+    other.put(paths.item_instance(0), A.encode())
+    other.create(paths.lease(B), ephemeral=True)  # B lives, and runs item 0 as failover
+    failover_marks = (paths.failover(0), paths.failovering(0))
+    other.transaction(
+        [
+            Create(paths.running(0), B.encode()),
+            Create(paths.failover(0), B.encode(), ephemeral=True),
+            Create(paths.failovering(0), B.encode()),
+        ]
+    )
+    runs: list[str] = []
+    events: list[Event] = []
+    scheduler = Scheduler(registry, instance_id=A, observers=[events.append])
+    scheduler.add_job(config, lambda ctx: runs.append(ctx.source.name))
+    scheduler.start()
+    try:
+        scheduler.trigger("held")
+        skipped = wait_until(
+            lambda: [e for e in events if isinstance(e, ItemsSkipped) and e.items == (0,)],
+            10,
+            "a fire of item 0 skipped",
+        )
+        assert skipped[0].reason == "held by a failover run" and skipped[0].misfire
+        wait_until(lambda: other.stat(paths.misfire(0)), 10, "the misfire flag")
+        assert runs == []
+        # B's failover run ends: one transaction, as its completion.
+        other.transaction([Delete(p) for p in (paths.running(0), *failover_marks)])
+        wait_until(lambda: runs, 10, "item 0 run on A")
+        wait_until(lambda: other.stat(paths.misfire(0)) is None, 10, "the flag taken")
+    finally:
+        scheduler.stop()
+        other.close()
+    assert runs == ["MISFIRE"]

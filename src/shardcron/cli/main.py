@@ -176,4 +176,3 @@ def demo(seconds: int) -> None:
     """Embedded quick start: 3 instances share a 6-item job, then one stops."""
     logging.getLogger().setLevel(logging.WARNING)
     demo_module.run(seconds, click.echo)
-

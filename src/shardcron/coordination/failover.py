@@ -94,8 +94,8 @@ def complete_ops(paths: JobPaths, item: int) -> list[Op]:
 
 
 def queue_ops(cache: TreeCache, paths: JobPaths, item: int) -> list[Op]:
-    """Ops that move a stale item to the failover queue (the stale nodes go first, so a
-    claimant that sees the queue entry sees them gone)."""
+    """Ops that queue a stale item for failover, after its failover marks (the stale
+    nodes go first, so a claimant that sees the queue entry sees them gone)."""
     ops = stale_ops(cache, paths, item)
     if not cache.exists(paths.failover_item(item)):
         ops.append(Create(paths.failover_item(item)))
@@ -103,14 +103,11 @@ def queue_ops(cache: TreeCache, paths: JobPaths, item: int) -> list[Op]:
 
 
 def stale_ops(cache: TreeCache, paths: JobPaths, item: int) -> list[Op]:
-    """Deletions of every claim node the cache shows for ``item``."""
+    """Deletions of the failover marks the cache shows for ``item``. Its ``running`` is the
+    caller's to delete, on the condition of the claim it read."""
     return [
         Delete(path)
-        for path in (
-            paths.running(item),
-            paths.failovering(item),
-            paths.failover(item),
-        )
+        for path in (paths.failovering(item), paths.failover(item))
         if cache.exists(path)
     ]
 

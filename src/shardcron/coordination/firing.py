@@ -26,7 +26,7 @@ from shardcron.coordination.firetimer import FireTimer, TimedJob
 from shardcron.coordination.idleflag import IdleFlag
 from shardcron.coordination.inflight import Fire, Lanes
 from shardcron.coordination.localitems import LocalItems
-from shardcron.coordination.misfires import MisfiredJob, Misfires
+from shardcron.coordination.misfires import FAILED_OVER, MisfiredJob, Misfires
 from shardcron.errors import RegistryError, ShardcronError, TransactionError
 from shardcron.model import (
     INSTANCE_DELIMITER,
@@ -206,7 +206,8 @@ class Firing:
                 if self.rt.is_leader():
                     self.rt.resharder.reshard()
                 return
-            items = self.items.to_fire(only)
+            items, held = self.items.to_fire(only)
+            self.misfires.skip(held, FAILED_OVER, when)
             busy = [i for i in items if i in self._reserved]
             if busy:
                 followed = self._follow(busy, source, when)

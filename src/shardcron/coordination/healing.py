@@ -42,7 +42,7 @@ from shardcron.coordination.localitems import LocalItems
 from shardcron.coordination.misfires import Misfires
 from shardcron.coordination.paths import JobPaths
 from shardcron.errors import NodeExistsError, TransactionError
-from shardcron.registry import Create, Delete, Op, TreeCache
+from shardcron.registry import Check, Create, Delete, Op, TreeCache
 
 log = logging.getLogger(__name__)
 
@@ -287,10 +287,14 @@ class Healer:
         paths = rt.paths
         if rt.firing.reserved(item):
             return False
-        value = rt.registry.get(paths.running(item))
-        holder = None if value is None else value.decode()
-        if holder is None:
+        # The item node first: a claim bumps its version before its ``running`` can be
+        # read, so a claim made after these reads fails the repair's Check, and one made
+        # between them shows a new holder. The repair then never deletes a newer claim
+        # when it is applied late (the transaction slow, the item failed over meanwhile).
+        item_node, running = rt.registry.get_with_stats([paths.item(item), paths.running(item)])
+        if item_node is None or running is None:
             return True
+        holder = running[0].decode()
         if holder != rt.instance:
             if not leader or holder in live:
                 return True
@@ -298,17 +302,33 @@ class Healer:
                 leases[holder] = rt.registry.stat(paths.lease(holder)) is not None
             if leases[holder]:
                 return True
+        claim: list[Op] = [
+            Check(paths.item(item), item_node[1].version),
+            Delete(paths.running(item)),
+        ]
         if rt.config.failover:
             log.warning("job %s: item %d lost its holder %s; failing over", rt.name, item, holder)
             self._ensure(paths.failover_items)
-            ops = failover.queue_ops(rt.cache, paths, item)
+            ops = claim + failover.queue_ops(rt.cache, paths, item)
         else:
             log.warning("job %s: item %d lost its holder %s; misfired", rt.name, item, holder)
             rt.firing.misfires.note(item)
-            ops = failover.stale_ops(rt.cache, paths, item)
+            ops = claim + failover.stale_ops(rt.cache, paths, item)
             if rt.config.misfire and not rt.cache.exists(paths.misfire(item)):
                 ops.append(Create(paths.misfire(item)))
         return self._try(ops, f"repair of item {item}")  # raced: the next heal looks again
+
+    def _drop_item(self, item: int) -> None:
+        """Delete an item beyond the count, unless a run of it is in flight: the cache may
+        not show a claim the registry already holds. Its children and the node go in one
+        transaction, so a claim made meanwhile leaves the node not empty and the whole
+        delete fails; the heal after that run's completion drops it."""
+        rt, path = self.rt, self.rt.paths.item(item)
+        children = rt.registry.children(path)
+        if "running" in children:
+            return
+        ops: list[Op] = [Delete(f"{path}/{child}") for child in children]
+        self._try([*ops, Delete(path)], f"removal of item {item} beyond the count")
 
     def _repair_job(self, found: Findings) -> None:
         rt = self.rt
@@ -321,7 +341,7 @@ class Healer:
         for item in found.dead_queue_entries:
             self._try([Delete(paths.failover_item(item))], f"queue entry {item}")
         for item in found.items_beyond_count:
-            rt.registry.delete(paths.item(item), recursive=True)
+            self._drop_item(item)
         if found.owners_gone and (rt.reshard_due or sharding.is_necessary(rt.cache, paths)):
             found.owners_gone = []  # flagged already: the next fire reshards
         if found.owners_gone:

@@ -40,21 +40,23 @@ class LocalItems:
         """How many items this instance has (read at every fire's arming: no copy)."""
         return len(self._layout()[0])
 
-    def to_fire(self, only: list[int] | None) -> list[int]:
-        """The items a fire here claims (of ``only``, if given)."""
+    def to_fire(self, only: list[int] | None) -> tuple[list[int], list[int]]:
+        """The items a fire here claims (of ``only``, if given), and those of its share
+        that failover holds: run elsewhere as a failover run, or queued for one. The fire
+        skips these, and records it (issue 55, case 3)."""
         cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
         mine, server_enabled = self._layout()
         if not server_enabled or not cache.exists(self._instance_node):
-            return []
+            return [], []
         if only is not None:
             wanted = set(only)
             mine = tuple(i for i in mine if i in wanted)
         items = [i for i in mine if not cache.exists(paths.disabled(i))]
-        if cfg.failover:
-            taken = failover.items_failed_over_elsewhere(cache, paths, items)
-            taken |= set(failover.queued(cache, paths))
-            items = [i for i in items if i not in taken]
-        return items
+        if not cfg.failover:
+            return items, []
+        taken = failover.items_failed_over_elsewhere(cache, paths, items)
+        taken |= set(failover.queued(cache, paths))
+        return [i for i in items if i not in taken], [i for i in items if i in taken]
 
     def _layout(self) -> tuple[tuple[int, ...], bool]:
         cache, paths, total = self.rt.cache, self.rt.paths, self.rt.config.sharding_total_count

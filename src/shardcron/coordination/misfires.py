@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 # Why a fire skips items an earlier fire here holds (the log line, the ItemsSkipped event).
 STILL_RUNNING = "still running from an earlier fire"
+# Why a fire skips items of its share that failover holds: run elsewhere, or queued.
+FAILED_OVER = "held by a failover run"
 NOT_STARTED = (
     "not started yet in an earlier fire: it waits for a lane of the job or a thread of this worker"
 )

@@ -137,6 +137,9 @@ class JobRuntime:
         # Set once deregistered (or given up on): what a stop waits for.
         self.gone = IdleFlag(is_set=False)
         self.suspended = False
+        # The registry lost its data (SessionState.RESET): the job registers as a new one,
+        # and its config's removal is the loss, not an operator's.
+        self.registry_reset = False
 
     @property
     def name(self) -> str:
@@ -222,6 +225,8 @@ class JobRuntime:
         by an operator) is written only if it is missing. If the cache was behind a
         concurrent change (another instance registering the job), one write at a time."""
         session = self.registry.session_id
+        if self.registry_reset:
+            first, config_ops = True, self._setup_config()
         ops, elect = self._registration_ops(first, config_ops)
         try:
             self.registry.transaction(ops)
@@ -230,6 +235,7 @@ class JobRuntime:
             self._register_one_by_one(ops, not self.config.disabled)
             elect = False  # left to the first heal, as for any job that has a leader
         self.registered(session, elect)
+        self.registry_reset = False
 
     def _registration_ops(self, first: bool, config_ops: list[Op] | None) -> tuple[list[Op], bool]:
         paths, enabled = self.paths, not self.config.disabled
@@ -351,6 +357,8 @@ class JobRuntime:
 
     def _handle(self, event: NodeEvent) -> None:
         paths, path, kind = self.paths, event.path, event.type
+        if path == paths.config and kind is EventType.REMOVED and self.registry_reset:
+            return  # the registry lost it with everything else: registering writes it again
         if path == paths.config and kind is EventType.REMOVED:
             log.warning("job %s: removed from the registry; stopping here", self.name)
             self.begin_stop(operator=True)
@@ -426,6 +434,9 @@ class JobRuntime:
 
     def on_session(self, state: SessionState) -> None:
         """Registry connection changes, on the coordinator thread."""
+        if state is SessionState.RESET:
+            self.registry_reset = True
+            return
         if state in (SessionState.SUSPENDED, SessionState.EXPIRED):
             if state is SessionState.EXPIRED and self.is_leader():
                 self.emit(LeaderChanged(job_name=self.name, instance=self.instance, leader=False))

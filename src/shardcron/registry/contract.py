@@ -17,6 +17,10 @@ class SessionState(StrEnum):
     RECONNECTED = "RECONNECTED"  # back on the same session, ephemerals intact
     EXPIRED = "EXPIRED"  # the session is gone with its ephemerals; a new one follows
     LOST = "LOST"  # the client was closed; no further events
+    # The registry came back without what this session had seen (it lost its data, or was
+    # restored from a backup): every node is gone, and the jobs register as if new. Comes
+    # ahead of the CONNECTED of the new session and of the events that empty the caches.
+    RESET = "RESET"
 
 
 class EventType(StrEnum):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Self
@@ -99,6 +100,10 @@ class ZooKeeperRegistry:
         self._session: int | None = None
         self._closing = False
         self._suspended = False
+        self._state_lock = threading.Lock()  # the suspension, as kazoo and the watchdog see it
+        self._suspended_at = 0.0
+        # Set when the watchdog gave up on the session: (its id, the last zxid seen, since).
+        self._renewed: tuple[int, int, float] | None = None
         self._install_hooks()
 
     # -- plumbing -----------------------------------------------------------------------
@@ -155,18 +160,90 @@ class ZooKeeperRegistry:
         # Runs on kazoo's connection thread: read what we need now, act on our thread.
         session = self.client._session_id
         if state == KazooState.SUSPENDED:
-            self._suspended = True
+            with self._state_lock:
+                self._suspended = True
+                self._suspended_at = time.monotonic()
+            self._watch_for_refusal(self._suspended_at)
             self._publish(SessionState.SUSPENDED)
         elif state == KazooState.LOST:
             self._publish(SessionState.LOST if self._closing else SessionState.EXPIRED)
             self._session = None
         elif state == KazooState.CONNECTED:
-            same = self._session is not None and session == self._session
-            self._session = session
-            self._suspended = False
+            with self._state_lock:
+                same = self._session is not None and session == self._session
+                self._session = session
+                self._suspended = False
+                renewed, self._renewed = self._renewed, None
+            if renewed is not None:  # ahead of the resync: it may find the namespace gone
+                self._caches.submit(lambda: self._after_renewal(*renewed), send=False)
             if self._caches.index:
                 self._caches.submit(self._caches.resync, send=False)
             self._publish(SessionState.RECONNECTED if same else SessionState.CONNECTED)
+
+    def _watch_for_refusal(self, since: float) -> None:
+        """A ZooKeeper that lost its data, or was restored from a backup, refuses this
+        session for good: the session has seen later transactions than the server has
+        ("client has seen zxid ..."), and kazoo retries it for ever. Once the session
+        timeout has passed one and a half times with no connection, the session is over on
+        every server anyway; a new one is started (see :meth:`_renew`)."""
+        wait = 1.5 * self._config.session_timeout_ms / 1000
+
+        def check() -> None:
+            with self._state_lock:
+                if self._closing or not self._suspended or self._suspended_at != since:
+                    return  # connected again meanwhile, or suspended anew
+                self._renew(since)
+            self._publish(SessionState.EXPIRED)
+
+        timer = threading.Timer(wait, check)
+        timer.daemon = True
+        timer.start()
+
+    def _renew(self, since: float) -> None:
+        """Make kazoo's next connection attempt ask for a new session, as it does after
+        an expiry the server reported (the attempt reads these when it is made)."""
+        client = self.client
+        self._renewed = (int(client._session_id or 0), int(client.last_zxid), since)
+        self._session = None
+        client._session_id = None
+        client._session_passwd = b"\x00" * 16
+        client.last_zxid = 0
+
+    def _after_renewal(self, old: int, seen: int, since: float) -> None:
+        """On the event thread, with the new session: say why the old one was given up on
+        (one line), put the namespace back if it is gone, and tell the listeners when the
+        server has lost what the old session had seen."""
+        servers, silent = self._config.servers, time.monotonic() - since
+        try:
+            gone = self.client.exists("/") is None
+            now = int(self.client.last_zxid)  # from the answer's header
+            if gone and self._create_namespace:
+                self.client.ensure_path("/")
+        except kx.KazooException as exc:
+            log.warning("ZooKeeper at %s: new session, but reading it failed: %s", servers, exc)
+            return
+        causes = []
+        if now < seen:
+            causes.append(f"its last transaction 0x{now:x} is older than 0x{seen:x} seen before")
+        if gone:
+            causes.append(f"the namespace /{self._namespace} was gone")
+        if not causes:
+            log.warning(
+                "ZooKeeper at %s: no connection for %.0f s, longer than the session timeout: "
+                "started a new session",
+                servers,
+                silent,
+            )
+            return
+        log.error(
+            "ZooKeeper at %s refused session 0x%x (%s): it lost its data or was restored "
+            "from a backup; started a new session and registering every job again",
+            servers,
+            old,
+            "; ".join(causes),
+        )
+        for listener in list(self._listeners):  # on the event thread already: in order
+            listener(SessionState.RESET)
 
     def _publish(self, state: SessionState) -> None:
         for listener in list(self._listeners):
