@@ -95,10 +95,14 @@ def kind_of(method: str, ops: Sequence[Op]) -> Kind:
         return Kind.FAILOVER_CLAIM
     if (Create, "running") in roles:
         return Kind.CLAIM
-    if (Check, "item") in roles and (Delete, "running") in roles:
-        return Kind.COMPLETION
+    # A dead holder's claim repaired (queued for failover, or misfired) is conditional on
+    # the item node as a completion is: what it creates tells them apart.
     if (Create, "queue") in roles:
         return Kind.FAILOVER_QUEUE
+    if (Check, "item") in roles and (Delete, "running") in roles and (Create, "misfire") in roles:
+        return Kind.MISFIRE_WRITE
+    if (Check, "item") in roles and (Delete, "running") in roles:
+        return Kind.COMPLETION
     if (Create, "instance") in roles:  # one transaction, with the job's election if new
         return Kind.REGISTRATION
     if method == "create" and (Create, "processing") in roles:
