@@ -49,6 +49,9 @@ class Coordinator:
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         self.later.append(fn)
 
+    def call_at(self, when: float, fn: Callable[[], None]) -> None:
+        self.later.append(fn)
+
     def execute(
         self,
         work: Callable[[], T],

@@ -442,3 +442,31 @@ def test_a_fire_of_an_item_held_by_a_failover_run_is_skipped_then_rerun_once_it_
         scheduler.stop()
         other.close()
     assert runs == ["MISFIRE"]
+
+
+def test_a_fire_due_during_a_short_pause_is_recorded_skipped_and_runs_once_after() -> None:
+    """Issue 55 case 4: a pause shorter than the session timeout (a GC pause, SIGSTOP for
+    two seconds) holds the timer past a fire's second. That fire is not run late, and not
+    lost either: it is recorded as skipped, and with misfire on its item runs once, as a
+    misfire, right after the pause."""
+    runs: list[tuple[str, float]] = []
+    events: list[Event] = []
+    scheduler = Scheduler(MemoryRegistry(), instance_id=A, observers=[events.append])
+    scheduler.add_job(job("paused", 1), lambda ctx: runs.append((ctx.source.name, time.time())))
+    scheduler.start()
+    try:
+        wait_until(lambda: runs, 10, "a first fire")
+        with scheduler._timers.lock:  # the timer thread is paused: it waits for its lock
+            time.sleep(2.5)  # the pause itself, shorter than the session timeout
+        resumed = time.time()
+        skipped = wait_until(
+            lambda: [e for e in events if isinstance(e, ItemsSkipped) and "late" in e.reason],
+            10,
+            "the fires of the pause recorded",
+        )
+        wait_until(lambda: [s for s, t in runs if t >= resumed and s == "MISFIRE"], 10, "a re-run")
+    finally:
+        scheduler.stop()
+    assert all(e.items == (0,) and e.misfire for e in skipped)
+    assert skipped[0].reason.startswith("released late")
+    assert len([s for s, t in runs if t >= resumed and s == "MISFIRE"]) == 1

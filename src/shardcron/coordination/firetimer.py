@@ -74,6 +74,10 @@ class TimerFiring(Protocol):
         """Have the first layout written ahead of the first fire."""
         ...
 
+    def missed(self, when: float) -> None:
+        """The fire of ``when`` was released too late to run: record its items skipped."""
+        ...
+
 
 class FireTimer:
     def __init__(self, rt: TimedJob, firing: TimerFiring) -> None:
@@ -151,8 +155,9 @@ class FireTimer:
         # A partial, not a closure: one job's armed fire is three objects for the garbage
         # collector to scan instead of five, and a worker of thousands of jobs re-arms
         # thousands of them a second.
-        due = functools.partial(self._due, self._token, when)
-        self.rt.host.call_later(max(0.0, when - lead - self.rt.host.now()), due)
+        # At a wall-clock time: after a step back of the clock, the fire waits for its
+        # second to come again instead of running a second time.
+        self.rt.host.call_at(when - lead, functools.partial(self._due, self._token, when))
 
     def _due(self, token: int, when: float) -> None:
         if token != self._token:
@@ -167,6 +172,7 @@ class FireTimer:
             self.rt.guarded(lambda: self.firing.fire(start_at=when), "fire")
         else:
             self.rt.missed.note(self.rt.name, when, late, self.rt.host.now())
+            self.rt.guarded(lambda: self.firing.missed(when), "missed fire")
 
     def _note_dropped(self, trigger: CronTrigger, after: float, start: float, now: float) -> None:
         """The fires after ``after`` up to ``start`` are not run: this job's last fire ran
@@ -176,5 +182,7 @@ class FireTimer:
         for _ in range(60):
             if moment is None or moment.timestamp() > start:
                 return
-            self.rt.missed.note(self.rt.name, moment.timestamp(), now - moment.timestamp(), now)
+            when = moment.timestamp()
+            self.rt.missed.note(self.rt.name, when, now - when, now)
+            self.rt.guarded(lambda when=when: self.firing.missed(when), "missed fire")  # type: ignore[misc]
             moment = trigger.next_fire(moment)

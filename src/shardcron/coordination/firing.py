@@ -26,7 +26,7 @@ from shardcron.coordination.firetimer import FireTimer, TimedJob
 from shardcron.coordination.idleflag import IdleFlag
 from shardcron.coordination.inflight import Fire, Lanes
 from shardcron.coordination.localitems import LocalItems
-from shardcron.coordination.misfires import FAILED_OVER, MisfiredJob, Misfires
+from shardcron.coordination.misfires import FAILED_OVER, MISSED, MisfiredJob, Misfires
 from shardcron.errors import RegistryError, ShardcronError, TransactionError
 from shardcron.model import (
     INSTANCE_DELIMITER,
@@ -246,9 +246,8 @@ class Firing:
     def _look_on_the_second(self, fire: Fire, when: float) -> None:
         """On the second ``when`` of the fire that follows ``fire``: if ``fire``'s items
         still run, that fire misfired, as one claimed on its second would have."""
-        delay = max(0.0, when - self.rt.host.now())
         # A partial (see _claim_and_run): a busy every-second job's fires all follow.
-        self.rt.host.call_later(delay, functools.partial(self._on_the_second, fire, when))
+        self.rt.host.call_at(when, functools.partial(self._on_the_second, fire, when))
 
     def _on_the_second(self, fire: Fire, when: float) -> None:
         def overran() -> None:
@@ -258,6 +257,15 @@ class Firing:
             self.misfires.skip_held(items, self._fires, when)
 
         self.rt.guarded(overran, "fire")
+
+    def missed(self, when: float) -> None:
+        """The fire of second ``when`` came too late to run (the process was paused, or
+        the wall clock stepped forward): its items are recorded as skipped and, with
+        misfire, run once more."""
+        if self.rt.stopped:
+            return
+        items, held = self.items.to_fire(None)
+        self.misfires.skip(sorted(items + held), MISSED, when)
 
     def _report(self, error: ShardcronError) -> None:
         self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)
@@ -379,8 +387,8 @@ class Firing:
         if wait > 0 and self.path.stages:
             self.dispatch(fire, at=when)  # claimed ahead of time: the timer starts its items
         elif wait > 0:
-            self.rt.host.call_later(
-                wait, lambda: self.rt.guarded(lambda: self.dispatch(fire), "dispatch")
+            self.rt.host.call_at(
+                when, lambda: self.rt.guarded(lambda: self.dispatch(fire), "dispatch")
             )
         else:
             self.dispatch(fire)

@@ -30,7 +30,13 @@ class Host(Protocol):
         ...
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the coordinator thread ``delay`` seconds from now."""
+        """Run ``fn`` on the coordinator thread ``delay`` seconds from now, however the
+        wall clock steps meanwhile."""
+        ...
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the coordinator thread at the wall-clock time ``when`` (epoch
+        seconds): after a step back of the wall clock, that much later."""
         ...
 
     def execute(

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 STILL_RUNNING = "still running from an earlier fire"
 # Why a fire skips items of its share that failover holds: run elsewhere, or queued.
 FAILED_OVER = "held by a failover run"
+# Why a fire's items are skipped when the fire came more than a second late.
+MISSED = "released late: the process was paused, or the wall clock stepped forward"
 NOT_STARTED = (
     "not started yet in an earlier fire: it waits for a lane of the job or a thread of this worker"
 )

@@ -435,7 +435,10 @@ class Scheduler:
             self._coordinator.submit(fn)
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
-        self._timers.push(time.time() + delay, fn)
+        self._timers.push_in(delay, fn)
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> None:
+        self._timers.push(when, fn)
 
     def _claim_took(self, seconds: float) -> None:
         """A grown lead applies to the fires armed already, once the claims answered in

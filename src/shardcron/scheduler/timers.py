@@ -6,6 +6,13 @@ entry and hands everything due to the coordinator as *one* task, so the claims o
 job due in the same tick go out in one group commit (:mod:`shardcron.coordination.groupcommit`).
 Entries pushed with ``on_timer`` run on the timer thread itself: they only hand work
 over (staged items to the worker pool) and must not queue behind the coordinator.
+
+Two kinds of entries: those due at a wall-clock time (a fire's second: :meth:`push`) and
+those due after a delay (a heal tick, a retry: :meth:`push_in`). When the wall clock
+steps (an NTP step, a VM resumed), delays keep their length, measured on the monotonic
+clock, and wall-clock entries stay at their time: after a step back, fires wait until
+the clock reaches them again, so none runs twice; after a step forward, the fires
+skipped are released at once, late, and recorded as missed.
 """
 
 from __future__ import annotations
@@ -19,13 +26,23 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
+# The timer thread looks at the clocks at least this often: a wall-clock step is seen
+# within it, even by a process with nothing due for minutes.
+CLOCK_CHECK_SECONDS = 1.0
+# A change of the wall clock against the monotonic one above this is a step, logged; a
+# smaller one (NTP slewing it) shifts the delays all the same, silently.
+STEP_SECONDS = 1.0
+_SHIFT_SECONDS = 0.05
+
 
 class Timers:
     def __init__(self, coordinate: Callable[[Callable[[], None]], None]) -> None:
         self._coordinate = coordinate
         self.lock = threading.Condition()
-        # (when, order, fn, whether fn runs on the timer thread: it only hands work over)
-        self._heap: list[tuple[float, int, Callable[[], None], bool]] = []
+        # (when, order, fn, whether fn runs on the timer thread: it only hands work over,
+        # whether ``when`` stands for a delay: it moves with a step of the wall clock)
+        self._heap: list[tuple[float, int, Callable[[], None], bool, bool]] = []
+        self._offset = time.time() - time.monotonic()
         self._seq = itertools.count()
         self._released: float | None = None  # see released()
         self._closed = False
@@ -40,7 +57,14 @@ class Timers:
             self.lock.notify_all()
 
     def push(self, when: float, fn: Callable[[], None], on_timer: bool = False) -> None:
-        entry = (when, next(self._seq), fn, on_timer)
+        """Run ``fn`` at the wall-clock time ``when`` (epoch seconds)."""
+        self._push((when, next(self._seq), fn, on_timer, False))
+
+    def push_in(self, delay: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in ``delay`` seconds, however the wall clock steps meanwhile."""
+        self._push((time.time() + delay, next(self._seq), fn, False, True))
+
+    def _push(self, entry: tuple[float, int, Callable[[], None], bool, bool]) -> None:
         with self.lock:
             heapq.heappush(self._heap, entry)
             # The timer thread sleeps until the earliest entry: woken for a later one, it
@@ -57,26 +81,48 @@ class Timers:
     def _loop(self) -> None:
         with self.lock:
             while not self._closed:
+                self._follow_the_wall_clock()
                 if not self._heap:
-                    self.lock.wait(60)
+                    self.lock.wait(CLOCK_CHECK_SECONDS)
                     continue
                 now = time.time()
                 delay = self._heap[0][0] - now
                 if delay > 0:
-                    self.lock.wait(min(delay, 60))
+                    self.lock.wait(min(delay, CLOCK_CHECK_SECONDS))
                     continue
                 # Everything due is one coordinator task: the group commit it leads to
                 # then holds the claims of every job due in this tick. Staged items go
                 # to the workers straight away: a herd's would otherwise queue behind it.
                 due = []
                 while self._heap and self._heap[0][0] <= now:
-                    _, _, fn, on_timer = heapq.heappop(self._heap)
+                    _, _, fn, on_timer, _ = heapq.heappop(self._heap)
                     if on_timer:
                         fn()
                     else:
                         due.append(fn)
                 if due:
                     self._coordinate(lambda due=due, at=now: self._run(due, at))  # type: ignore[misc]
+
+    def _follow_the_wall_clock(self) -> None:
+        """Under the lock: move the delays by a step of the wall clock since last time."""
+        offset = time.time() - time.monotonic()
+        step, self._offset = offset - self._offset, offset
+        if abs(step) < _SHIFT_SECONDS:
+            return
+        if abs(step) >= STEP_SECONDS:
+            log.warning(
+                "the wall clock stepped %s by %.1f s: %s",
+                "forward" if step > 0 else "back",
+                abs(step),
+                "the fires it skipped are recorded as missed"
+                if step > 0
+                else "fires wait until it reaches their time again, and none runs twice",
+            )
+        self._heap = [
+            (when + step if relative else when, seq, fn, on_timer, relative)
+            for when, seq, fn, on_timer, relative in self._heap
+        ]
+        heapq.heapify(self._heap)
 
     def _run(self, fns: list[Callable[[], None]], released: float) -> None:
         self._released = released

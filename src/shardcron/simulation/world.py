@@ -101,6 +101,9 @@ class SimHost:
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         self.world.at(self.world.now + delay, fn, self.node)
 
+    def call_at(self, when: float, fn: Callable[[], None]) -> None:
+        self.world.at(max(when, self.world.now), fn, self.node)
+
     def execute_at(
         self,
         when: float,
