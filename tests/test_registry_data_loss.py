@@ -43,7 +43,7 @@ def test_workers_run_again_after_zookeeper_lost_its_data(tmp_path: Path) -> None
         # Every item runs again, on the live workers, from their new sessions.
         wait_until(
             lambda: {r.item for r in w.runs() if r.start > back} == {0, 1},
-            60,
+            30,
             "runs of both items after the restart",
         )
         config = RegistryConfig(servers=zk.connect_string, namespace=namespace)

@@ -17,14 +17,17 @@ from typing import Any
 
 import yaml
 
+import shardcron
 from shardcron.registry import Registry
 from shardcron.testing.proxy import TcpProxy
 from tests.cluster import Run
 
 ROOT = Path(__file__).resolve().parent.parent
-# Child processes import this checkout's shardcron (src/) and the test job modules (ROOT),
-# not whatever shardcron the interpreter has installed.
-CHILD_PYTHONPATH = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+# Child processes import the shardcron this process imported (this checkout's src/, or a
+# mutated copy of it: see test_mutations) and the test job modules (ROOT), not whatever
+# shardcron the interpreter has installed.
+SRC = Path(shardcron.__file__).resolve().parent.parent
+CHILD_PYTHONPATH = os.pathsep.join([str(SRC), str(ROOT)])
 
 
 @dataclass

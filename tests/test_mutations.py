@@ -1,0 +1,156 @@
+"""The checks catch the defects they exist for: each defect fixed once is put back into a
+copy of the source, one at a time, and the test or the simulated seed named for it must
+then fail. A check that passes with its defect back in place checks nothing.
+
+Each mutation is a textual edit that must apply exactly once, so a refactoring that moves
+the code makes this test fail loudly instead of passing by no longer mutating anything.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    module: str  # below src/shardcron
+    fixed: str  # the code as fixed
+    broken: str  # the defect put back
+    caught_by: list[str]  # a pytest node id, or simulation arguments ("--seed N")
+
+
+def named(module: str, test: str) -> str:
+    return f"tests/{module}::{test}"
+
+
+MUTATIONS = [
+    Mutation(
+        "case 1: a ZooKeeper that lost its data strands its workers",
+        "registry/zookeeper.py",
+        "                self._renew(since)\n            self._publish(SessionState.EXPIRED)",
+        "                return",
+        ["tests/test_registry_data_loss.py"],
+    ),
+    Mutation(
+        "case 3: fires of an item held by a failover run are dropped silently",
+        "coordination/firing.py",
+        "            self.misfires.skip(held, FAILED_OVER, when)\n",
+        "",
+        [
+            named(
+                "test_misfire.py",
+                "test_a_fire_of_an_item_held_by_a_failover_run_is_skipped_then_rerun_once_it_ends",
+            )
+        ],
+    ),
+    Mutation(
+        "case 4: a fire due during a short pause is lost with a log line",
+        "coordination/firetimer.py",
+        '            self.rt.guarded(lambda: self.firing.missed(when), "missed fire")\n',
+        "",
+        [
+            named(
+                "test_misfire.py",
+                "test_a_fire_due_during_a_short_pause_is_recorded_skipped_and_runs_once_after",
+            )
+        ],
+    ),
+    Mutation(
+        "case 5: a step back of the wall clock freezes every timer",
+        "scheduler/timers.py",
+        "        if abs(step) < _SHIFT_SECONDS:\n            return",
+        "        return",
+        [
+            named(
+                "test_timers.py",
+                "test_after_a_step_back_delays_keep_their_length_and_fires_wait_for_their_time",
+            )
+        ],
+    ),
+    Mutation(
+        "case 6: dropping an item beyond the count deletes a claim the cache did not show",
+        "coordination/healing.py",
+        "        for item in found.items_beyond_count:\n            self._drop_item(item)",
+        "        for item in found.items_beyond_count:\n"
+        "            rt.registry.delete(paths.item(item), recursive=True)",
+        [
+            named(
+                "test_late_repairs.py",
+                "test_dropping_an_item_beyond_the_count_spares_a_claim_the_cache_did_not_show",
+            )
+        ],
+    ),
+    Mutation(
+        "case 7: a late stale-claim repair deletes the claim made since",
+        "coordination/healing.py",
+        "            Check(paths.item(item), item_node[1].version),\n",
+        "",
+        [
+            "tests/test_late_repairs.py::test_a_late_stale_claim_repair_leaves_the_claim_made_since_alone"
+        ],
+    ),
+    Mutation(
+        "a completion that is not conditional on its claim",
+        "coordination/claims.py",
+        "return [Check(paths.item(item), version), Delete(paths.running(item)), *extra]",
+        "return [Delete(paths.running(item)), *extra]",
+        ["--seed", "870"],  # found by the CI seed budget (I1: two runs at once)
+    ),
+    Mutation(
+        "a claim whose answer was lost is forgotten",
+        "coordination/firing.py",
+        '        reconnected."""\n        self._unsure.append(fire)',
+        '        reconnected."""\n        self.drop(fire)',
+        ["--seed", "6073"],  # found by the CI seed budget (I3: the job stops firing)
+    ),
+    Mutation(
+        "a BaseException from job code escapes its lane",
+        "execution/lanes.py",
+        "        except BaseException as exc:  # noqa: BLE001",
+        "        except Exception as exc:  # noqa: BLE001",
+        [
+            named(
+                "test_regressions.py",
+                "test_case7_system_exit_and_keyboard_interrupt_fail_their_item_only",
+            )
+        ],
+    ),
+]
+
+
+def _mutated_copy(tmp: Path, mutation: Mutation) -> Path:
+    src = tmp / "src"
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__"))
+    path = src / "shardcron" / mutation.module
+    text = path.read_text(encoding="utf-8")
+    assert text.count(mutation.fixed) == 1, f"{mutation.name}: the fixed code moved"
+    path.write_text(text.replace(mutation.fixed, mutation.broken), encoding="utf-8")
+    return src
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name.split(":")[0])
+def test_the_defect_put_back_is_caught(mutation: Mutation, tmp_path: Path) -> None:
+    src = _mutated_copy(tmp_path, mutation)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)])}
+    if mutation.caught_by[0].startswith("--"):
+        cmd = [sys.executable, "-m", "shardcron.simulation", *mutation.caught_by]
+    else:
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+        cmd += mutation.caught_by
+    done = subprocess.run(
+        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    tail = (done.stdout + done.stderr)[-1500:]
+    assert done.returncode == 1, f"{mutation.name}: not caught by {mutation.caught_by}\n{tail}"
+    if not mutation.caught_by[0].startswith("--"):
+        assert " failed" in tail, tail  # failed on an assertion, not on a collection error
