@@ -68,7 +68,7 @@ MUTATIONS = [
     Mutation(
         "case 5: a step back of the wall clock freezes every timer",
         "scheduler/timers.py",
-        "        if abs(step) < _SHIFT_SECONDS:\n            return",
+        "        if abs(step) < STEP_SECONDS:\n            return",
         "        return",
         [
             named(

@@ -134,8 +134,8 @@ class JobConfig:
 
     def to_yaml(self) -> str:
         """The ``/{job}/config`` value, byte for byte what Java 3.0.x writes for the same config
-        (props in the order Java's map gives after the same insertions: :mod:`shardcron.config.snakeyaml`
-        says where that order cannot be known)."""
+        (props in the order Java's map gives after the same insertions:
+        :mod:`shardcron.config.snakeyaml` says where that order cannot be known)."""
         props = dict(self.props)
         if self.type is not JobType.SIMPLE:
             props[TYPE_PROP] = str(self.type)

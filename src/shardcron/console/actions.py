@@ -1,5 +1,5 @@
-"""The console's buttons: what each one calls on :class:`~shardcron.operations.admin.Admin`, the message
-once done, and the question a destructive one asks first."""
+"""The console's buttons: what each one calls on :class:`~shardcron.operations.admin.Admin`, the
+message once done, and the question a destructive one asks first."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The history pages' filter form and paging: the form's text checked and turned into the
-arguments of :func:`shardcron.tracing.history.executions` and :func:`~shardcron.tracing.history.statuses`,
-and the links to the previous and next page.
+arguments of :func:`shardcron.tracing.history.executions` and
+:func:`~shardcron.tracing.history.statuses`, and the links to the previous and next page.
 """
 
 from __future__ import annotations

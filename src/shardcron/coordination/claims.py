@@ -110,8 +110,8 @@ def claim_parts(
 
 
 class Claiming:
-    """The claim of ``items`` as a :class:`shardcron.coordination.groupcommit.Request`: every item not
-    already running anywhere; ``extra`` ops ride along. Items whose ``running`` node
+    """The claim of ``items`` as a :class:`shardcron.coordination.groupcommit.Request`: every item
+    not already running anywhere; ``extra`` ops ride along. Items whose ``running`` node
     exists end in ``result.contended``; a second round trip happens only when the cache had
     not yet seen such a node. Without this instance's lease (a new session not registered
     yet, or someone removed it) nothing is claimed: the items end in ``result.unleased``."""
@@ -253,8 +253,9 @@ def is_current(registry: Registry, paths: JobPaths, item: int, token: int) -> bo
 
 
 class MarkingMisfires:
-    """Setting the ``misfire`` flags of ``items`` (a :class:`shardcron.coordination.groupcommit.Request`);
-    a flag set meanwhile by another path is left as it is."""
+    """Setting the ``misfire`` flags of ``items`` (a
+    :class:`shardcron.coordination.groupcommit.Request`); a flag set meanwhile by another path is
+    left as it is."""
 
     def __init__(self, cache: TreeCache, paths: JobPaths, items: list[int]) -> None:
         self._ops: list[Op] = [

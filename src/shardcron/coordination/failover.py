@@ -113,7 +113,8 @@ def stale_ops(cache: TreeCache, paths: JobPaths, item: int) -> list[Op]:
 
 
 class ClaimsFiring(Protocol):
-    """What :class:`Claims` asks of its job's fire side (:class:`~shardcron.coordination.firing.Firing`)."""
+    """What :class:`Claims` asks of its job's fire side
+    (:class:`~shardcron.coordination.firing.Firing`)."""
 
     @property
     def reserving(self) -> bool:

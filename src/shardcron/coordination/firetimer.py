@@ -22,11 +22,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from shardcron.coordination import sharding
 from shardcron.coordination.job import JobState
-from shardcron.model import ExecutionSource
+from shardcron.coordination.misfires import MisfiresFiring, MissedFires
 
 if TYPE_CHECKING:
-    from shardcron.coordination.localitems import LocalItems
-    from shardcron.coordination.misfires import MissedFires
     from shardcron.schedule.trigger import CronTrigger
 
 # A fire the timer releases this late is not run: it was missed (a stall, a clock jump),
@@ -56,19 +54,9 @@ class TimedJob(JobState, Protocol):
         ...
 
 
-class TimerFiring(Protocol):
-    """What :class:`FireTimer` asks of its job's fire side (:class:`~shardcron.coordination.firing.Firing`)."""
-
-    @property
-    def items(self) -> LocalItems: ...
-
-    def fire(
-        self,
-        source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER,
-        only: list[int] | None = None,
-        start_at: float | None = None,
-        trust_cache: bool = True,
-    ) -> None: ...
+class TimerFiring(MisfiresFiring, Protocol):
+    """What :class:`FireTimer` asks of its job's fire side
+    (:class:`~shardcron.coordination.firing.Firing`)."""
 
     def ask_layout_ahead(self) -> None:
         """Have the first layout written ahead of the first fire."""

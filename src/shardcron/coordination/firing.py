@@ -1,8 +1,8 @@
 """The fire side of one job on one instance: its timer, claims, runs and completions.
 
-:class:`Firing` belongs to a :class:`shardcron.coordination.runtime.JobRuntime` and, like it, runs on
-the coordinator thread only. Its timer (:mod:`shardcron.coordination.firetimer`) arms the next fire
-from the job's trigger; it claims the instance's items ahead of the second (one
+:class:`Firing` belongs to a :class:`shardcron.coordination.runtime.JobRuntime` and, like it, runs
+on the coordinator thread only. Its timer (:mod:`shardcron.coordination.firetimer`) arms the next
+fire from the job's trigger; it claims the instance's items ahead of the second (one
 multi-op, or one per part of a fire too big for one), hands them to the fire path
 (:mod:`shardcron.execution.lanes`) on the second, completes the claim when the last item returns
 (one multi-op), has skipped items re-run once (:mod:`shardcron.coordination.misfires`) and queued

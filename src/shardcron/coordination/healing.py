@@ -112,7 +112,8 @@ def sweep(
 
 
 class HealedFiring(Protocol):
-    """What the sweep asks of its job's fire side (:class:`~shardcron.coordination.firing.Firing`)."""
+    """What the sweep asks of its job's fire side
+    (:class:`~shardcron.coordination.firing.Firing`)."""
 
     @property
     def busy(self) -> bool:

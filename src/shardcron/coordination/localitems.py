@@ -43,7 +43,7 @@ class LocalItems:
     def to_fire(self, only: list[int] | None) -> tuple[list[int], list[int]]:
         """The items a fire here claims (of ``only``, if given), and those of its share
         that failover holds: run elsewhere as a failover run, or queued for one. The fire
-        skips these, and records it (issue 55, case 3)."""
+        skips these, and records it."""
         cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
         mine, server_enabled = self._layout()
         if not server_enabled or not cache.exists(self._instance_node):

@@ -110,7 +110,8 @@ class MisfiredJob(JobState, Protocol):
 
 
 class MisfiresFiring(Protocol):
-    """What :class:`Misfires` asks of its job's fire side (:class:`~shardcron.coordination.firing.Firing`)."""
+    """What :class:`Misfires` asks of its job's fire side
+    (:class:`~shardcron.coordination.firing.Firing`)."""
 
     @property
     def items(self) -> LocalItems: ...

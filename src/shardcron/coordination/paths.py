@@ -141,7 +141,8 @@ class JobPaths:
         return f"/{self.job}/systemTime/current"
 
     def parse_item(self, path: str) -> tuple[int, str] | None:
-        """``(item, leaf)`` for ``/{job}/sharding/{item}[/{leaf}]``; leaf is "" for the item node."""
+        """``(item, leaf)`` for ``/{job}/sharding/{item}[/{leaf}]``; leaf is "" for the item
+        node."""
         prefix = self.sharding + "/"
         if not path.startswith(prefix):
             return None

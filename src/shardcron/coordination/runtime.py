@@ -7,9 +7,9 @@ pool and the clock stay at the edges (:class:`shardcron.coordination.host.Host`)
 :mod:`shardcron.simulation` run many instances on a virtual clock with injected faults.
 
 Coordination is level-triggered: whatever a fault left behind is found again by the
-sweep of :mod:`shardcron.coordination.healing`, run on election, after every reconnect, on membership
-changes and every ``healing.HEAL_SECONDS``. A request whose answer was lost is never forgotten:
-the claim or completion stays pending and is resolved from what the registry holds once
+sweep of :mod:`shardcron.coordination.healing`, run on election, after every reconnect, on
+membership changes and every ``healing.HEAL_SECONDS``. A request whose answer was lost is never
+forgotten: the claim or completion stays pending and is resolved from what the registry holds once
 the connection is back (:meth:`shardcron.coordination.firing.Firing.resolve`).
 
 A fire reads only the local cache. It costs two round trips when the instance has items
@@ -172,8 +172,8 @@ class JobRuntime:
 
         Config, server and instance are written in one transaction planned from the cache
         just loaded (one round trip where ElasticJob makes a chain of them); the election
-        follows on the coordinator thread. :mod:`shardcron.coordination.registration` does the same for
-        many jobs at once, with these steps."""
+        follows on the coordinator thread. :mod:`shardcron.coordination.registration` does the same
+        for many jobs at once, with these steps."""
         self.load(self.registry.tree_cache(*self.cache_spec()))
         self.register_alone()
 

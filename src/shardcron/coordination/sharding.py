@@ -196,13 +196,13 @@ def assign(
 
 
 class Resharding:
-    """Writing ``assignment`` in one transaction, as a :class:`shardcron.coordination.groupcommit.Request`:
-    ``processing`` is created and deleted in the same multi-op as the owners and the
-    flag, so the new jobs of a process (or all its jobs after a membership change)
-    reshard together in one round trip, and no fault can leave ``processing`` behind.
-    Any refusal (another session sharding, a cache behind a concurrent change) fails it:
-    the flag stays and the next fire plans again. ``fits`` is False when the layout needs
-    several transactions; :func:`write` writes those."""
+    """Writing ``assignment`` in one transaction, as a
+    :class:`shardcron.coordination.groupcommit.Request`: ``processing`` is created and deleted in
+    the same multi-op as the owners and the flag, so the new jobs of a process (or all its jobs
+    after a membership change) reshard together in one round trip, and no fault can leave
+    ``processing`` behind. Any refusal (another session sharding, a cache behind a concurrent
+    change) fails it: the flag stays and the next fire plans again. ``fits`` is False when the
+    layout needs several transactions; :func:`write` writes those."""
 
     def __init__(
         self, cache: TreeCache, paths: JobPaths, total: int, assignment: dict[str, list[int]]

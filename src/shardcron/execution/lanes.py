@@ -66,7 +66,8 @@ def lanes_for(
     listeners: Sequence[JobListener] = (),
     error_handler: ErrorHandler | None = None,
 ) -> LanesFactory:
-    """The lanes of one job on one instance, for :class:`shardcron.coordination.runtime.JobRuntime`."""
+    """The lanes of one job on one instance, for
+    :class:`shardcron.coordination.runtime.JobRuntime`."""
     ordered_listeners = ordered(list(listeners))
 
     def build(hooks: LaneHooks) -> FirePath:

@@ -12,8 +12,9 @@ Java lifecycle API and console do, so either tool can operate jobs run by either
 * remove: a job's whole subtree, or a server's instance and ``servers/{ip}`` nodes.
 
 What the reads return, and how a job's status is worked out from its znodes, is
-:mod:`shardcron.operations.jobstats` (the statistics); this module owns the operations and the config
-update, and re-exports the view types, so ``from shardcron.operations.admin import JobStatus`` works.
+:mod:`shardcron.operations.jobstats` (the statistics); this module owns the operations and the
+config update, and re-exports the view types, so ``from shardcron.operations.admin import
+JobStatus`` works.
 
 Reads go to the registry (like Java's lifecycle API), a handful of round trips per job;
 ``Admin(registry, cached=True)`` instead keeps a watched copy of the namespace, so a

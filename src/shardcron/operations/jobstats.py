@@ -6,10 +6,10 @@ functions that build them from anything with ``get`` and ``children`` (a registr
 tree cache for a long-lived reader). :class:`shardcron.operations.admin.Admin` serves them.
 
 Statistics follow the Java definitions (reference §1.14): a job is CRASHED with no
-instance (STOPPED instead when its instances stopped on purpose: :mod:`shardcron.coordination.stopmark`),
-DISABLED when every ``servers/*`` is DISABLED, SHARDING_FLAG when no item has an owner or
-an owner is not a live instance, else OK; an item is DISABLED, RUNNING, SHARDING_FLAG (its
-owner is gone) or PENDING, in that order of precedence.
+instance (STOPPED instead when its instances stopped on purpose:
+:mod:`shardcron.coordination.stopmark`), DISABLED when every ``servers/*`` is DISABLED,
+SHARDING_FLAG when no item has an owner or an owner is not a live instance, else OK; an item is
+DISABLED, RUNNING, SHARDING_FLAG (its owner is gone) or PENDING, in that order of precedence.
 """
 
 from __future__ import annotations

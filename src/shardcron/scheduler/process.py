@@ -223,8 +223,8 @@ class Scheduler:
         self.registry.add_session_listener(self._on_session)
         self._timers.start()
         self._started = True
-        # Groups of jobs register together (see shardcron.coordination.registration); a few groups at
-        # a time, so one group's round trips overlap another's work.
+        # Groups of jobs register together (see shardcron.coordination.registration); a few groups
+        # at a time, so one group's round trips overlap another's work.
         runtimes = [r for job in list(self._jobs.values()) if (r := self._new_runtime(*job))]
         groups = [runtimes[i : i + GROUP_SIZE] for i in range(0, len(runtimes), GROUP_SIZE)]
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="shardcron-start") as starter:

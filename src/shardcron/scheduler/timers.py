@@ -29,10 +29,10 @@ log = logging.getLogger(__name__)
 # The timer thread looks at the clocks at least this often: a wall-clock step is seen
 # within it, even by a process with nothing due for minutes.
 CLOCK_CHECK_SECONDS = 1.0
-# A change of the wall clock against the monotonic one above this is a step, logged; a
-# smaller one (NTP slewing it) shifts the delays all the same, silently.
-STEP_SECONDS = 1.0
-_SHIFT_SECONDS = 0.05
+# A change of the wall clock against the monotonic one of at least this is a step. A
+# smaller one (NTP slewing the clock, or the two clocks read a thread switch apart) is not
+# worth moving thousands of delays for.
+STEP_SECONDS = 0.5
 
 
 class Timers:
@@ -107,17 +107,16 @@ class Timers:
         """Under the lock: move the delays by a step of the wall clock since last time."""
         offset = time.time() - time.monotonic()
         step, self._offset = offset - self._offset, offset
-        if abs(step) < _SHIFT_SECONDS:
+        if abs(step) < STEP_SECONDS:
             return
-        if abs(step) >= STEP_SECONDS:
-            log.warning(
-                "the wall clock stepped %s by %.1f s: %s",
-                "forward" if step > 0 else "back",
-                abs(step),
-                "the fires it skipped are recorded as missed"
-                if step > 0
-                else "fires wait until it reaches their time again, and none runs twice",
-            )
+        log.warning(
+            "the wall clock stepped %s by %.1f s: %s",
+            "forward" if step > 0 else "back",
+            abs(step),
+            "the fires it skipped are recorded as missed"
+            if step > 0
+            else "fires wait until it reaches their time again, and none runs twice",
+        )
         self._heap = [
             (when + step if relative else when, seq, fn, on_timer, relative)
             for when, seq, fn, on_timer, relative in self._heap

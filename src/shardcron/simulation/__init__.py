@@ -1,4 +1,4 @@
-"""Seeded fault exploration on virtual time (issue 12, points 7 and 8).
+"""Seeded fault exploration on virtual time: random clusters, faults and operator actions.
 
 Many instances of :class:`shardcron.coordination.runtime.JobRuntime` run on one embedded registry,
 on a virtual clock, single-threaded, with faults injected at the registry boundary and

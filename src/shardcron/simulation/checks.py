@@ -33,8 +33,9 @@ that kept it busy ended (a fire holds all its items until its last one returns),
 after the skip if nothing kept it busy; unless a shadow covers that span.
 
 I3 (from the *quiet time*: the last disturbance, or the end of the last long item if
-later, + session timeout + 2 periods; to the end): every item-fire starts a run in ``[t - 0.1, t + period)`` whenever a live enabled
-instance exists; skips do not count. A job that stops firing fails this.
+later, + session timeout + 2 periods; to the end): every item-fire starts a run in ``[t - 0.1, t +
+period)`` whenever a live enabled instance exists; skips do not count. A job that stops firing
+fails this.
 
 I4 (at the end, just after a fire, when no item should still run, for every job that
 still has a live enabled instance to repair it): no ``running`` without an open run of
