@@ -140,6 +140,7 @@ class Misfires:
         # is deleted once. Each repeat would be refused by the registry, and a refused op
         # costs its whole group commit another round trip.
         self._flagged: set[int] = set()
+        self._writing: set[int] = set()  # flags on their way to the registry
         self._taking: set[int] = set()
         self._not_before: dict[int, float] = {}  # the second of the latest fire skipped
 
@@ -199,8 +200,10 @@ class Misfires:
     def _flag(self, items: list[int]) -> None:
         request = claims.MarkingMisfires(self.rt.cache, self.rt.paths, items)
         self._flagged.update(items)
+        self._writing.update(items)
 
         def then(error: RegistryError | None) -> None:
+            self._writing.difference_update(items)
             if error is not None:  # the local record re-runs them all the same
                 self._flagged.difference_update(items)
                 log.info("job %s: misfire flags not written (%s)", self.rt.name, error)
@@ -227,17 +230,22 @@ class Misfires:
             for i in flagged & mine
             if not self._firing.reserved(i)
             and i not in self._taking
+            # A flag still on its way would be there after this re-run, and run it again.
+            and i not in self._writing
             and not cache.exists(paths.running(i))
         )
         if not ready:
             return
+        # Only the path that deletes the registry flag re-runs the item; a flag that exists
+        # only here (monitorExecution off, or a write that failed) is ours. A flag this
+        # instance wrote is in the registry even before its cache shows it.
+        monitored = self.rt.config.monitor_execution
+        flags = [
+            i for i in ready if monitored and (i in self._flagged or cache.exists(paths.misfire(i)))
+        ]
+        ours = [i for i in ready if i not in flags]
         self._misfired.difference_update(ready)
         self._flagged.difference_update(ready)
-        # Only the path that deletes the registry flag re-runs the item; a flag that exists
-        # only here (monitorExecution off, or a write that failed) is ours.
-        monitored = self.rt.config.monitor_execution
-        flags = [i for i in ready if monitored and cache.exists(paths.misfire(i))]
-        ours = [i for i in ready if i not in flags]
         delete = claims.in_parts(self.rt.registry, flags, lambda i: [Delete(paths.misfire(i))])
         for n, part in enumerate(delete or [[]]):
             self._take(part, ours if n == 0 else [])

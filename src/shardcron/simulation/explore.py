@@ -22,6 +22,7 @@ class Report:
     actions: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     item_fires: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
     violations: dict[int, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -31,6 +32,7 @@ class Report:
         self.actions.update(other.actions)
         self.errors.update(other.errors)
         self.item_fires += other.item_fires
+        self.skipped.update(other.skipped)
         self.violations.update(other.violations)
 
     def failures(self) -> list[str]:
@@ -49,6 +51,7 @@ def from_result(result: Result) -> Report:
         actions=Counter(result.actions),
         errors=Counter(result.errors),
         item_fires=result.item_fires,
+        skipped=Counter(result.skipped),
     )
     if result.violations:
         report.violations[result.seed] = result.violations
@@ -89,7 +92,9 @@ def summary(report: Report) -> str:
         f"simulation: {report.seeds} seeds in {report.seconds:.1f}s; "
         f"faults: {sum(report.faults.values())} ({counts(report.faults)}); "
         f"operator actions: {sum(report.actions.values())} ({counts(report.actions)}); "
-        f"item-fires checked: {report.item_fires}; violations: {len(report.violations)}"
+        f"item-fires checked: {report.item_fires}; "
+        f"skipped: {sum(report.skipped.values())} ({counts(report.skipped)}); "
+        f"violations: {len(report.violations)}"
     )
     if report.errors:
         line += f"; errors reaching the coordinator: {counts(report.errors)}"

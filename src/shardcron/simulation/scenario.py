@@ -21,6 +21,7 @@ from shardcron.coordination import claims, sharding
 from shardcron.simulation import checks, speed
 from shardcron.simulation.cluster import Cluster, JobSpec, Member
 from shardcron.simulation.faults import Fault, Kind, Timing
+from shardcron.simulation.ledger import Ledger
 from shardcron.simulation.world import EPOCH
 
 WARM_UP = 1.5
@@ -35,6 +36,7 @@ class Result:
     actions: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     item_fires: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)  # item-fires skipped, by reason
     violations: list[str] = field(default_factory=list)
     timeline: list[tuple[float, str]] = field(default_factory=list)
 
@@ -159,9 +161,17 @@ def run(cluster: Cluster, chaos_end: float) -> Result:
         actions=ledger.actions,
         errors=ledger.errors,
         item_fires=verdict.item_fires,
+        skipped=_skipped(ledger),
         violations=verdict.violations,
         timeline=ledger.timeline,
     )
+
+
+def _skipped(ledger: Ledger) -> Counter[str]:
+    skipped: Counter[str] = Counter()
+    for skip in ledger.skips:
+        skipped[skip.reason] += len(skip.items)
+    return skipped
 
 
 def _probe_every(cluster: Cluster, track: checks.JobTrack, at: float) -> None:
