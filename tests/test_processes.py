@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -73,6 +74,17 @@ def test_sigkilled_worker_items_run_on_the_others_once_its_session_expires(
             first = min(r.start for r in moved)
             assert first - killed < SESSION_MS / 1000 + 3
             assert overlaps(w.runs()) == []
+            # The fires of B's items between the kill and the takeover ran nowhere: the
+            # instances that took them over recorded them, each fire named by its second.
+            said = [
+                int(m.group(1))
+                for i in (A, C)
+                for m in re.finditer(
+                    r"missed (\d+) fire\(s\) from \S+ while their owner was lost",
+                    w.workers[i].output(),
+                )
+            ]
+            assert said, "the fires B's items missed were recorded by A or C"
     finally:
         admin.close()
 

@@ -263,7 +263,9 @@ def test_two_workers_stopping_the_same_jobs_at_once_both_record_their_clean_stop
 
         def get_with_stats(self, paths: Sequence[str]) -> list[Node | None]:
             found = super().get_with_stats(paths)
-            if not self.waited:  # the first read of its stop
+            # The first read of its stop: the one with the ``stopped`` lists (a fire of
+            # items gained from the other instance reads their nodes too).
+            if not self.waited and any(p.endswith("/stopped") for p in paths):
                 self.waited = True
                 both_read.wait()
             return found

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +181,7 @@ def test_events_map_to_java_shaped_records_including_a_failover_run() -> None:
             reason="still running from an earlier fire",
             misfire=True,
             at=BASE + 3,
+            fire_time=BASE + 3,
         ),
         LeaderChanged(job_name="orders", instance="10.0.0.9@-@4242", leader=True),
     ]
@@ -222,6 +223,8 @@ def test_events_map_to_java_shaped_records_including_a_failover_run() -> None:
     assert states[2].message == "item 3: boom"
     assert states[3].sharding_item == "[0, 1]"
     assert states[4].message is not None and "still running" in states[4].message
+    fired = datetime.fromtimestamp(BASE + 3, UTC).isoformat()
+    assert f"of the fire of {fired}" in states[4].message  # names the fire skipped
     assert states[4].task_id.startswith("orders@-@0,1@-@READY@-@10.0.0.9@-@")
     assert tracer.stats().delivered == len(sink.records) == 7
 

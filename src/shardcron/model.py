@@ -53,6 +53,10 @@ class ShardingContext:
     sharding_parameter: str | None
     fencing_token: int = 0
     source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER
+    # The second (epoch seconds) of the fire this run is for: for a MISFIRE run, the latest
+    # fire it catches up; for a FAILOVER run, the fire of the run it takes over (None if
+    # that is not known: a claim made by ElasticJob, or an older shardcron).
+    scheduled_fire_time: float | None = None
     _claim_check: Callable[[], bool] = field(default=_always_current, repr=False, compare=False)
     _keep_going: Callable[[], bool] = field(default=_always_current, repr=False, compare=False)
 

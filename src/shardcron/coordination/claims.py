@@ -17,6 +17,9 @@ and touches the item node ``sharding/{i}``:
 * touching the item node bumps its version. The version a claim produced identifies
   that claim, so completion is conditional on it (``Check``) in the same transaction:
   a stale run can never delete a newer claim. The transaction id is the *fencing token*.
+  The touch writes the second of the fire claimed (:func:`stamp`; ElasticJob leaves the
+  item node empty and never reads it): an instance that takes the item over from a dead
+  owner learns from it which fires nobody ran (:mod:`shardcron.coordination.inherited`).
 
 Completion is one more transaction. Both are :mod:`shardcron.coordination.groupcommit` requests: the
 claims of every job of a process due in the same tick go in one multi-op, their
@@ -28,7 +31,9 @@ lost answer. A fire whose claim would not fit one transaction is claimed in part
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -67,10 +72,33 @@ class Claim:
     unleased: Sequence[int] = ()  # not claimed: no lease (see Claiming)
 
 
-def claim_ops(paths: JobPaths, item: int, instance: str) -> list[Op]:
+@functools.lru_cache(maxsize=256)  # a herd's jobs fire on the same second
+def stamp(when: float) -> bytes:
+    """The item node's value after a claim: the second of the fire it claims."""
+    return f"{when:.3f}".encode()
+
+
+def stamped(value: bytes | None) -> float | None:
+    """The fire second a claim wrote on an item node: None if there is none (a node made
+    by a layout, or by ElasticJob) or it is not one."""
+    try:
+        when = float(value) if value else math.nan
+    except ValueError:
+        return None
+    return when if math.isfinite(when) else None
+
+
+# A claim handed back unrun stamps its item this much before its fire: accounted for up
+# to that fire, not including it.
+UNRUN_SECONDS = 0.001
+# What a stamp costs in a claim's bytes, for sizing its parts (a fire second's length).
+_SIZING_STAMP = stamp(9_999_999_999.0)
+
+
+def claim_ops(paths: JobPaths, item: int, instance: str, when: bytes = _SIZING_STAMP) -> list[Op]:
     return [
         Create(paths.running(item), instance.encode()),
-        SetData(paths.item(item), b""),
+        SetData(paths.item(item), when),
     ]
 
 
@@ -111,7 +139,8 @@ def claim_parts(
 
 class Claiming:
     """The claim of ``items`` as a :class:`shardcron.coordination.groupcommit.Request`: every item
-    not already running anywhere; ``extra`` ops ride along. Items whose ``running`` node
+    not already running anywhere, stamped with the fire's second ``when`` (see
+    :func:`stamp`); ``extra`` ops ride along. Items whose ``running`` node
     exists end in ``result.contended``; a second round trip happens only when the cache had
     not yet seen such a node. Without this instance's lease (a new session not registered
     yet, or someone removed it) nothing is claimed: the items end in ``result.unleased``."""
@@ -123,10 +152,11 @@ class Claiming:
         items: list[int],
         instance: str,
         *,
+        when: bytes = b"",
         extra: list[Op] | None = None,
         trust_cache: bool = True,
     ) -> None:
-        self.paths, self.instance = paths, instance
+        self.paths, self.instance, self.when = paths, instance, when
         self.extra: Sequence[Op] = extra or ()
         self.free: list[int] = []
         contended: list[int] = []
@@ -138,7 +168,9 @@ class Claiming:
 
     def ops(self) -> list[Op]:
         if self._ops is None:
-            ops = [op for i in self.free for op in claim_ops(self.paths, i, self.instance)]
+            ops = [
+                op for i in self.free for op in claim_ops(self.paths, i, self.instance, self.when)
+            ]
             lease = Check(self.paths.lease(self.instance))
             self._ops = [*ops, lease, *self.extra] if ops else []
         return self._ops

@@ -70,11 +70,15 @@ class ItemFinished(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ItemsSkipped(Event):
-    """Items of a fire that did not run; ``misfire`` when they will run once they can."""
+    """Items of a fire that did not run; ``misfire`` when they will run once they can.
+    ``fire_time`` is the second of that fire (for a MISFIRE or FAILOVER ``source``: of the
+    fire the skipped run stood for)."""
 
     items: tuple[int, ...]
     reason: str
     misfire: bool
+    fire_time: float = 0.0
+    source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

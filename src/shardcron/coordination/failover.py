@@ -184,16 +184,19 @@ class Claims:
         return any(instance not in busy for instance in instances if instance != self.rt.instance)
 
     def _claim(self, item: int) -> None:
+        paths, instance = self.rt.paths, self.rt.instance
         claim = claims.Claim(items=[item])
         fire = Fire([item], claim, ExecutionSource.FAILOVER, self.rt.registry.session_id)
         self.firing.hold(fire)
-        paths, instance = self.rt.paths, self.rt.instance
         # On its own, at once: contended by every idle instance, it would cost a batch a retry.
         request = claims.Claiming(
             self.rt.cache,
             paths,
             [item],
             instance,
+            # The repair that queued it recorded the fires before (see healing): the fires
+            # from now on are the next owner's to account for.
+            when=claims.stamp(self.rt.host.now()),
             extra=claim_ops(paths, item, instance),
             trust_cache=False,
         )

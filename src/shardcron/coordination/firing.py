@@ -7,8 +7,9 @@ multi-op, or one per part of a fire too big for one), hands them to the fire pat
 (:mod:`shardcron.execution.lanes`) on the second, completes the claim when the last item returns
 (one multi-op), has skipped items re-run once (:mod:`shardcron.coordination.misfires`) and queued
 failover items claimed (:mod:`shardcron.coordination.failover`). A fire found while resharding is
-pending waits (one per job, coalesced) for the new layout instead of holding a thread. A
-claim or completion whose answer was lost stays listed until :meth:`Firing.resolve`
+pending waits for the new layout (:mod:`shardcron.coordination.layoutwait`); the first fire
+of items gained from another owner records the fires nobody ran
+(:mod:`shardcron.coordination.inherited`). A claim or completion whose answer was lost stays listed until :meth:`Firing.resolve`
 settles it from the registry after the reconnect.
 """
 
@@ -17,14 +18,21 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
-from shardcron.coordination import claims, deregistration, election, failover, healing, sharding
+from shardcron.coordination import (
+    claims,
+    deregistration,
+    failover,
+    healing,
+    inherited,
+    sharding,
+)
 from shardcron.coordination.clockskew import ClockCheck
 from shardcron.coordination.firetimer import FireTimer, TimedJob
 from shardcron.coordination.idleflag import IdleFlag
 from shardcron.coordination.inflight import Fire, Lanes
+from shardcron.coordination.layoutwait import LayoutWait
 from shardcron.coordination.localitems import LocalItems
 from shardcron.coordination.misfires import FAILED_OVER, MISSED, MisfiredJob, Misfires
 from shardcron.errors import RegistryError, ShardcronError, TransactionError
@@ -35,6 +43,7 @@ from shardcron.model import (
     item_ranges,
     task_id,
 )
+from shardcron.registry import Op, SetData
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +71,6 @@ class FiringJob(MisfiredJob, TimedJob, deregistration.Departing, Protocol):
         ...
 
 
-@dataclass(slots=True)
-class _Pending:
-    """A fire waiting for resharding to finish."""
-
-    when: float
-    source: ExecutionSource
-    only: list[int] | None
-
-
 class Firing:
     def __init__(self, rt: FiringJob, path: Lanes) -> None:
         self.rt = rt
@@ -78,14 +78,13 @@ class Firing:
         self.idle = IdleFlag()
         self.items = LocalItems(rt)
         self.timer = FireTimer(rt, self)
-        self._layout_asked = False  # the first layout is due ahead of the first fire
         self._reserved: set[int] = set()  # items claimed or being claimed here
         self._fires: list[Fire] = []  # fires in flight (running, or completion pending)
         self._unsure: list[Fire] = []  # claims whose answer was lost
         self._unfinished: list[Fire] = []  # completions whose answer was lost
         self._claiming: list[Fire] = []  # claims sent with the tick's group commit
         self._completing: list[Fire] = []  # completions sent likewise
-        self._pending: _Pending | None = None
+        self.layout = LayoutWait(rt, self)
         self._clock = ClockCheck(rt.name, rt.registry, rt.paths.system_time, rt.host.now)
         self.misfires = Misfires(rt, self)
         self.failovers = failover.Claims(rt, self)
@@ -98,7 +97,16 @@ class Firing:
     @property
     def waiting(self) -> bool:
         """A fire waits for a resharding."""
-        return self._pending is not None
+        return self.layout.waiting
+
+    def run_pending(self) -> None:
+        """Run the fire that waits for a resharding, if its layout is in (see
+        :mod:`.layoutwait`)."""
+        self.layout.run()
+
+    def ask_layout_ahead(self) -> None:
+        """The timer: the first fire's claim is near enough to have its layout written."""
+        self.layout.ask_ahead()
 
     @property
     def busy(self) -> bool:
@@ -121,7 +129,7 @@ class Firing:
     def stop(self) -> None:
         """No new fire; hand back claims made ahead of a second that has not come."""
         self.timer.cancel()
-        self._pending = None
+        self.layout.clear()
         for fire in self._fires[:]:
             if fire in self._unsure or fire in self._claiming:
                 continue  # a claim still in flight is completed when it returns
@@ -168,7 +176,10 @@ class Firing:
                 self.drop(fire)
                 if fire.source is not ExecutionSource.FAILOVER:
                     self.misfires.skip(
-                        fire.items, "registry connection lost while claiming", fire.when
+                        fire.items,
+                        "registry connection lost while claiming",
+                        fire.when,
+                        source=fire.source,
                     )
         for fire in self._unfinished[:]:
             self._unfinished.remove(fire)
@@ -182,37 +193,44 @@ class Firing:
         only: list[int] | None = None,
         start_at: float | None = None,
         trust_cache: bool = True,
+        after_layout: bool = False,
     ) -> None:
         """Claim this instance's items now and run them at ``start_at`` (or at once).
         Without ``trust_cache``, items the cache shows running are claimed all the same
         (the registry refuses those still running): the cache may still show the claim
-        this instance has just completed."""
+        this instance has just completed. ``after_layout``: the fire waited for a new
+        layout, so an item's owner before it may have run it (see :mod:`.inherited`)."""
         when = self.rt.host.now() if start_at is None else start_at
         if self.rt.stopped:
             return
         if self.rt.suspended:
-            self.misfires.skip(self.items.mine(only), "registry connection lost", when)
+            lost = "registry connection lost"
+            self.misfires.skip(self.items.mine(only), lost, when, source=source)
             return
         try:
             skew = self._clock.skew(self.rt.config.max_time_diff_seconds)
             if skew is not None and not self.path.report(None, skew):
                 return  # a THROW handler aborts the fire, as in Java
             if self.rt.reshard_due or sharding.is_necessary(self.rt.cache, self.rt.paths):
-                if self._pending is not None and self._pending.when != when:
-                    # This newer fire runs the same items: no misfire re-run on top of it.
-                    superseded = self.items.mine(self._pending.only)
-                    self.misfires.skip(superseded, "resharding in progress", when, misfire=False)
-                self._pending = _Pending(when, source, only)
+                self.layout.add(when, source, only)
                 if self.rt.is_leader():
                     self.rt.resharder.reshard()
                 return
             items, held = self.items.to_fire(only)
-            self.misfires.skip(held, FAILED_OVER, when)
+            normal = source is ExecutionSource.NORMAL_TRIGGER and self.rt.config.monitor_execution
+            gained = self.items.take_inherited(items + held) if normal else []
+            if gained or (normal and after_layout and self.items.take_owner_left()):
+                others = items if after_layout else None
+                ran = inherited.record(
+                    self.rt, self.rt.trigger, self.misfires, gained, when, others
+                )
+                items = [i for i in items if i not in ran]
+            self.misfires.skip(held, FAILED_OVER, when, source=source)
             busy = [i for i in items if i in self._reserved]
             if busy:
                 followed = self._follow(busy, source, when)
                 busy = [i for i in busy if i not in followed]
-            self.misfires.skip_held(busy, self._fires, when)
+            self.misfires.skip_held(busy, self._fires, when, source)
             free = [i for i in items if i not in self._reserved]
             if self.rt.config.monitor_execution:
                 # A claim too big for one transaction is several fires of the same second,
@@ -253,8 +271,8 @@ class Firing:
         def overran() -> None:
             if fire.ended or fire.follow is None or fire.follow[1] != when:
                 return
-            items, fire.follow = fire.follow[2], None
-            self.misfires.skip_held(items, self._fires, when)
+            (source, _, items), fire.follow = fire.follow, None
+            self.misfires.skip_held(items, self._fires, when, source)
 
         self.rt.guarded(overran, "fire")
 
@@ -269,48 +287,6 @@ class Firing:
 
     def _report(self, error: ShardcronError) -> None:
         self.rt.host.execute(lambda: self.path.report(None, error), lambda _: None)
-
-    def run_pending(self) -> None:
-        pending, rt = self._pending, self.rt
-        if rt.reshard_due:
-            # A cache that shows no leader yet is behind our own election, not a sign
-            # that leadership moved on.
-            leader = election.leader(rt.cache, rt.paths)
-            if leader is not None and leader != rt.instance:
-                rt.reshard_due = False  # the new leader reshards
-            elif (
-                leader == rt.instance
-                and not rt.stopped
-                and (pending is not None or self._first_layout_ahead())
-            ):
-                rt.resharder.reshard()  # a fire waits for it, or a big first layout goes ahead of any
-        if pending is None or rt.stopped or rt.reshard_due:
-            return
-        if sharding.is_necessary(self.rt.cache, self.rt.paths):
-            return
-        self._pending = None
-        self.fire(pending.source, pending.only, max(pending.when, self.rt.host.now()))
-
-    def _first_layout_ahead(self) -> bool:
-        """A first layout goes out ahead of the first fire, once the instances starting
-        together have joined. One too big for one transaction goes as soon as they have:
-        written at the first fire, it would hold that fire for the seconds it takes (and
-        the fire of a rare job for hours). A small one goes when the fire's timer asks
-        (:data:`~shardcron.coordination.firetimer.FIRST_LAYOUT_AHEAD_SECONDS` before the fire's
-        claim): written with that claim, as in ElasticJob, the layouts of a herd of
-        10,000 jobs held their first fire for seconds."""
-        rt = self.rt
-        if sharding.has_sharding(rt.cache, rt.paths):
-            return False
-        total = rt.config.sharding_total_count
-        return self._layout_asked or not sharding.first_layout_fits(
-            rt.registry, rt.paths, total, rt.instance
-        )
-
-    def ask_layout_ahead(self) -> None:
-        """The timer: the first fire's claim is near enough to have its layout written."""
-        self._layout_asked = True
-        self.rt.guarded(self.run_pending, "layout")
 
     def hold(self, fire: Fire) -> None:
         """Track ``fire``, about to be claimed, until it completes or is dropped; its items
@@ -333,7 +309,12 @@ class Firing:
             self._claimed(fire)
             return
         request = claims.Claiming(
-            self.rt.cache, self.rt.paths, items, self.rt.instance, trust_cache=trust_cache
+            self.rt.cache,
+            self.rt.paths,
+            items,
+            self.rt.instance,
+            when=claims.stamp(self._stamp(source, when)),
+            trust_cache=trust_cache,
         )
         # The request's result is the fire's claim, and its answer goes to a partial, not a
         # closure: a worker of thousands of jobs has thousands of claims in flight whenever
@@ -344,6 +325,12 @@ class Firing:
         asked = self.rt.host.released()  # a herd's claims are asked for in one timer tick
         then = functools.partial(self._claim_answered, fire, asked)
         self.rt.commits.submit(request, then)
+
+    def _stamp(self, source: ExecutionSource, when: float) -> float:
+        """The second a claim writes on its item nodes (see :mod:`.inherited`): its fire's.
+        A catch-up's stands for every fire up to now: the second of the fire it catches up
+        may be older than one run since."""
+        return when if source is ExecutionSource.NORMAL_TRIGGER else max(when, self.rt.host.now())
 
     def _claim_answered(self, fire: Fire, asked: float, error: RegistryError | None) -> None:
         self._claiming.remove(fire)
@@ -371,11 +358,12 @@ class Firing:
 
     def _claimed(self, fire: Fire) -> None:
         if fire.claim.contended:
-            self.misfires.skip(fire.claim.contended, "still running on another instance", fire.when)
+            contended = "still running on another instance"
+            self.misfires.skip(fire.claim.contended, contended, fire.when, source=fire.source)
             self._release(fire.claim.contended)
         if fire.claim.unleased:
             reason = "this instance's lease is missing (a new session): registering again"
-            self.misfires.skip(fire.claim.unleased, reason, fire.when)
+            self.misfires.skip(fire.claim.unleased, reason, fire.when, source=fire.source)
             self._release(fire.claim.unleased)
             self.rt.healer.soon()
         fire.items = fire.claim.items
@@ -426,6 +414,7 @@ class Firing:
                 fire.items,
                 "registry connection or session lost before the items started",
                 fire.when,
+                source=fire.source,
             )
             self.complete(fire)
             return
@@ -444,6 +433,7 @@ class Firing:
                 sharding_parameter=params.get(item),
                 fencing_token=fire.claim.token,
                 source=fire.source,
+                scheduled_fire_time=fire.when or None,
                 _claim_check=self._claim_check(item, fire.claim.token),
                 _keep_going=self._keep_going,
             )
@@ -481,11 +471,16 @@ class Firing:
             return
         if fire in self._completing:
             return
-        extra = (
-            {i: failover.complete_ops(paths, i) for i in fire.items}
-            if fire.source is ExecutionSource.FAILOVER
-            else None
-        )
+        extra: dict[int, list[Op]] | None = None
+        if fire.source is ExecutionSource.FAILOVER:
+            extra = {i: failover.complete_ops(paths, i) for i in fire.items}
+        elif fire.source is ExecutionSource.NORMAL_TRIGGER:
+            # Items handed back unrun (a stop before the second, a session lost first) say
+            # so on their stamp: the owner after this one runs that fire (see .inherited).
+            unrun = claims.stamp(fire.when - claims.UNRUN_SECONDS)
+            extra = {
+                i: [SetData(paths.item(i), unrun)] for i in fire.items if i not in fire.started
+            }
         request = claims.Completing(paths, fire.claim.versions, extra)
         self._completing.append(fire)
 

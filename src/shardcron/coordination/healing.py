@@ -34,15 +34,18 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from shardcron.coordination import failover, membership, sharding
+from shardcron.coordination import claims, failover, inherited, membership, sharding
 from shardcron.coordination.job import JobState
 from shardcron.coordination.localitems import LocalItems
 from shardcron.coordination.misfires import Misfires
 from shardcron.coordination.paths import JobPaths
 from shardcron.errors import NodeExistsError, TransactionError
-from shardcron.registry import Check, Create, Delete, Op, TreeCache
+from shardcron.registry import Check, Create, Delete, Op, SetData, TreeCache
+
+if TYPE_CHECKING:
+    from shardcron.schedule.trigger import CronTrigger
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +146,9 @@ class HealedJob(JobState, Protocol):
     stop it."""
 
     registered_session: int  # the session its registration was last sent in
+
+    @property
+    def trigger(self) -> CronTrigger | None: ...
 
     @property
     def firing(self) -> HealedFiring: ...
@@ -303,9 +309,12 @@ class Healer:
                 leases[holder] = rt.registry.stat(paths.lease(holder)) is not None
             if leases[holder]:
                 return True
+        now = rt.host.now()
         claim: list[Op] = [
             Check(paths.item(item), item_node[1].version),
             Delete(paths.running(item)),
+            # The fires since the dead claim are recorded below: the next owner's from now.
+            SetData(paths.item(item), claims.stamp(now)),
         ]
         if rt.config.failover:
             log.warning("job %s: item %d lost its holder %s; failing over", rt.name, item, holder)
@@ -317,7 +326,10 @@ class Healer:
             ops = claim + failover.stale_ops(rt.cache, paths, item)
             if rt.config.misfire and not rt.cache.exists(paths.misfire(item)):
                 ops.append(Create(paths.misfire(item)))
-        return self._try(ops, f"repair of item {item}")  # raced: the next heal looks again
+        if not self._try(ops, f"repair of item {item}"):
+            return False  # raced: the next heal looks again
+        inherited.record_missed(rt, rt.trigger, rt.firing.misfires, {item: item_node[0]}, now)
+        return True
 
     def _drop_item(self, item: int) -> None:
         """Delete an item beyond the count, unless a run of it is in flight: the cache may

@@ -7,6 +7,11 @@ arming, a walk over all the job's items: it is kept while the cache shows the sa
 flags, not values). What a fire claims is that share less the items disabled, failed
 over to another instance or queued for failover, and nothing while this server is
 disabled or its instance node is gone.
+
+When the share grows while an owner of the layout before has left it (died, stopped,
+cut off), the items gained are kept as *inherited* until the next fire asks for them
+(:mod:`shardcron.coordination.inherited`); a join or a rebalance among live owners
+costs nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +31,24 @@ class LocalItems:
         self.rt = rt
         self._read = _NOT_READ  # (cache values version, count), items, server enabled
         self._instance_node = rt.paths.instance(rt.instance)
+        self._owners: frozenset[bytes] = frozenset()  # those of the layout last read
+        self._inherited: set[int] = set()
+        self._owner_left = False
+
+    def take_inherited(self, items: list[int]) -> list[int]:
+        """Those of ``items`` gained from a layout an owner had left, once each."""
+        self._layout()
+        if not self._inherited:
+            return []
+        taken = [i for i in items if i in self._inherited]
+        self._inherited.difference_update(items)
+        return taken
+
+    def take_owner_left(self) -> bool:
+        """Whether an owner left the layout since this was last asked."""
+        self._layout()
+        left, self._owner_left = self._owner_left, False
+        return left
 
     def mine(self, only: list[int] | None = None) -> list[int]:
         """This instance's share of the layout (those of ``only``, if given)."""
@@ -62,7 +85,12 @@ class LocalItems:
         cache, paths, total = self.rt.cache, self.rt.paths, self.rt.config.sharding_total_count
         key = (cache.values_version, total)
         if key != self._read[0]:
-            mine = sharding.local_items(cache, paths, self.rt.instance, total)
+            mine, owners = sharding.local_items_and_owners(cache, paths, self.rt.instance, total)
             enabled = membership.server_enabled(cache, paths, self.rt.ip)
-            self._read = (key, tuple(mine), enabled)
+            if self._owners:  # the first layout read here gains nothing
+                live = {name.encode() for name in cache.children(paths.instances)}
+                if not self._owners.issubset(live):
+                    self._owner_left = True
+                    self._inherited.update(set(mine).difference(self._read[1]))
+            self._read, self._owners = (key, tuple(mine), enabled), owners
         return self._read[1], self._read[2]

@@ -150,7 +150,13 @@ class Misfires:
     def note(self, item: int) -> None:
         self._misfired.add(item)
 
-    def skip_held(self, items: list[int], fires: list[Fire], when: float) -> None:
+    def skip_held(
+        self,
+        items: list[int],
+        fires: list[Fire],
+        when: float,
+        source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER,
+    ) -> None:
         """Skip ``items`` of the fire of ``when``: one of ``fires`` (in flight here) holds
         them. The reason says which of the job and the worker is behind: the earlier
         fire's runs may all have returned, their completion not through yet (the worker
@@ -163,9 +169,16 @@ class Misfires:
         for item in items:
             by_reason.setdefault(why.get(item, STILL_RUNNING), []).append(item)
         for reason, held in by_reason.items():
-            self.skip(held, reason, when)
+            self.skip(held, reason, when, source=source)
 
-    def skip(self, items: Sequence[int], reason: str, when: float, misfire: bool = True) -> None:
+    def skip(
+        self,
+        items: Sequence[int],
+        reason: str,
+        when: float,
+        misfire: bool = True,
+        source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER,
+    ) -> None:
         """Skip ``items`` of the fire of second ``when`` (their re-run waits for it)."""
         if not items:
             return
@@ -183,6 +196,8 @@ class Misfires:
                     items=tuple(items),
                     reason=reason,
                     misfire=misfire,
+                    fire_time=when,
+                    source=source,
                 )
             )
         if misfire:

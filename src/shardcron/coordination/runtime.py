@@ -119,7 +119,10 @@ class JobRuntime:
                 lambda fire: self.guarded(lambda: self.firing.complete(fire), "completion"),
                 lambda fire: self.firing.claim_holds(fire),
                 lambda fire, items: self.firing.misfires.skip(
-                    items, "registry connection or session lost meanwhile", fire.when
+                    items,
+                    "registry connection or session lost meanwhile",
+                    fire.when,
+                    source=fire.source,
                 ),
             )
         )

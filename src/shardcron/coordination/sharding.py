@@ -138,6 +138,18 @@ def local_items(cache: TreeCache, paths: JobPaths, instance: str, total: int) ->
     return [i for i in range(total) if cache.get(paths.item_instance(i)) == mine]
 
 
+def local_items_and_owners(
+    cache: TreeCache, paths: JobPaths, instance: str, total: int
+) -> tuple[list[int], frozenset[bytes]]:
+    """:func:`local_items`, and every owner the layout names, in one walk."""
+    if not cache.exists(paths.sharding):
+        return [], frozenset()
+    get, item_instance = cache.get, paths.item_instance
+    owners = [get(item_instance(i)) for i in range(total)]
+    me = instance.encode()
+    return [i for i, owner in enumerate(owners) if owner == me], frozenset(filter(None, owners))
+
+
 def plan(
     cache: TreeCache,
     paths: JobPaths,

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from shardcron.simulation.explore import explore, from_result, summary
+from shardcron.simulation.explore import by_fault, explore, from_result, summary
 from shardcron.simulation.scenario import run_seed
 
 
@@ -31,6 +31,7 @@ def main(seeds: int, start: int, jobs: int, seed: int | None, verbose: bool) -> 
         sys.exit(1 if result.violations else 0)
     report = explore(range(start, start + seeds), jobs)
     click.echo(summary(report))
+    click.echo(by_fault(report))
     for line in report.failures():
         click.echo(line)
     sys.exit(1 if report.violations else 0)

@@ -25,12 +25,17 @@ since the claim), its ``ctx.claim_is_current()`` was false when it ended, and it
 ``ctx.fencing_token`` is lower than the newer run's. A run started by a holder that
 had already been told its session ended is never excused.
 
-I2 (every item-fire outside every shadow, while a live enabled instance exists): the
-item starts a run in ``[t - 0.1, t + period)``, or a run of it is in progress at ``t``,
-or it is recorded skipped (``ItemsSkipped``) with a reason in that window. With misfire
-on, a skipped item starts a run once it can: within one period and a half after the fire
-that kept it busy ended (a fire holds all its items until its last one returns), or
-after the skip if nothing kept it busy; unless a shadow covers that span.
+I2 (every item-fire, matched to what became of it): the runs for that fire (source
+NORMAL_TRIGGER, ``ctx.scheduled_fire_time`` equal to ``t``) and the skips that name it
+(``ItemsSkipped.fire_time``). A skip is recorded beside its run only by another
+instance, one that did not know yet that the item had moved, and never a "nobody ran
+it" record (:mod:`shardcron.coordination.inherited`) made after the run started. Outside every shadow, while a live
+enabled instance exists, it ran once or was recorded skipped. Inside a shadow an
+item-fire with neither, or run twice, is counted (*unaccounted*, *ran twice*), not a
+violation: that is not promised yet (the guarantees page says so, with the counts).
+With misfire on, every skipped item runs again after its skip, unless a lower count
+dropped it or no live enabled instance is left at the end; outside every shadow, within
+one period and a half after the fire that kept it busy ended.
 
 I3 (from the *quiet time*: the last disturbance, or the end of the last long item if
 later, + session timeout + 2 periods; to the end): every item-fire starts a run in ``[t - 0.1, t +
@@ -51,12 +56,15 @@ layout was in flight must not leave the old layout in place for good.
 from __future__ import annotations
 
 import bisect
+import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shardcron.coordination.inherited import DEAD_OWNER
 from shardcron.coordination.paths import JobPaths
 from shardcron.model import ExecutionSource
-from shardcron.simulation.ledger import Ledger, Run
+from shardcron.simulation.ledger import Ledger, Run, Skip
 
 EARLY = 0.1  # a fire's items are claimed (and may start) this much before it at most
 
@@ -81,6 +89,11 @@ class JobTrack:
 class Verdict:
     violations: list[str] = field(default_factory=list)
     item_fires: int = 0
+    unaccounted: int = 0  # item-fires in a shadow with no outcome (not promised yet)
+    ran_twice: int = 0  # item-fires in a shadow run twice, one run after the other (likewise)
+    # Per fault or operator action kind whose shadow holds the item-fire ("none": no
+    # shadow): item-fires checked, "ran", "unaccounted", and skipped by reason.
+    near: dict[str, Counter[str]] = field(default_factory=dict)
 
 
 def check_overlaps(ledger: Ledger) -> list[str]:
@@ -102,41 +115,18 @@ def check_overlaps(ledger: Ledger) -> list[str]:
     return found
 
 
-class _Index:
-    """Runs and skips of one item, sorted by time, for window queries."""
-
-    def __init__(self) -> None:
-        self.starts: list[float] = []
-        self.runs: list[Run] = []
-        self.skips: list[float] = []
-
-    def started_in(self, lo: float, hi: float) -> bool:
-        n = bisect.bisect_left(self.starts, lo)
-        return n < len(self.starts) and self.starts[n] < hi
-
-    def in_progress(self, t: float) -> Run | None:
-        for run in self.runs:
-            if run.start < t and (run.end is None or run.end > t):
-                return run
-            if run.start >= t:
-                return None
-        return None
-
-    def skipped_in(self, lo: float, hi: float) -> bool:
-        n = bisect.bisect_left(self.skips, lo)
-        return n < len(self.skips) and self.skips[n] < hi
-
-
-def _index(ledger: Ledger) -> dict[tuple[str, int], _Index]:
-    index: dict[tuple[str, int], _Index] = {}
-    for run in ledger.runs:  # appended in start order
-        entry = index.setdefault((run.job, run.item), _Index())
-        entry.starts.append(run.start)
-        entry.runs.append(run)
+def _outcomes(ledger: Ledger) -> dict[tuple[str, int, float], list[Run | Skip]]:
+    """What became of each item-fire, by (job, item, fire second): the runs for that
+    fire (source NORMAL_TRIGGER) and the skips that name it."""
+    found: dict[tuple[str, int, float], list[Run | Skip]] = {}
+    for run in ledger.runs:
+        if run.source is ExecutionSource.NORMAL_TRIGGER and run.fire is not None:
+            found.setdefault((run.job, run.item, run.fire), []).append(run)
     for skip in ledger.skips:
-        for item in skip.items:
-            index.setdefault((skip.job, item), _Index()).skips.append(skip.at)
-    return index
+        if skip.source is ExecutionSource.NORMAL_TRIGGER:
+            for item in skip.items:
+                found.setdefault((skip.job, item, skip.fire), []).append(skip)
+    return found
 
 
 def check(
@@ -148,71 +138,156 @@ def check(
 ) -> Verdict:
     """I1 to I3 over the whole seed (I4: :func:`check_registry`)."""
     verdict = Verdict(check_overlaps(ledger))
-    index = _index(ledger)
-    empty = _Index()
+    outcomes = _outcomes(ledger)
     shadows = sorted(ledger.disturbances)
+    marks = sorted(ledger.marks)
+    starts: dict[tuple[str, int], list[float]] = {}
+    for run in ledger.runs:  # appended in start order
+        starts.setdefault((run.job, run.item), []).append(run.start)
     for track in tracks:
         period = track.period
         for probe in track.probes:
             t = probe.at
-            if t + period > end or not probe.available:
+            if t + period > end:
                 continue
-            n = bisect.bisect_left(shadows, t - session_timeout - 2 * period)
-            shadowed = n < len(shadows) and shadows[n] <= t + period
+            lo = bisect.bisect_left(marks, (t - session_timeout - 2 * period, ""))
+            hi = bisect.bisect_right(marks, (t + period, "~"))
+            kinds = {kind for _, kind in marks[lo:hi]} or {"none"}
             for item in range(probe.total):
-                entry = index.get((track.job, item), empty)
-                ran = entry.started_in(t - EARLY, t + period)
                 if t >= quiet:
+                    if not probe.available:
+                        continue
                     verdict.item_fires += 1
-                    if not ran:
+                    if not _started_in(starts.get((track.job, item), []), t - EARLY, t + period):
                         verdict.violations.append(
                             f"I3 {track.job}#{item}: fire at {t:.2f} (after quiet time "
                             f"{quiet:.2f}) did not run"
                         )
-                elif not shadowed:
+                    continue
+                found = outcomes.get((track.job, item, t), [])
+                if probe.available or found:
                     verdict.item_fires += 1
-                    if not (
-                        ran
-                        or entry.in_progress(t) is not None
-                        or entry.skipped_in(t - EARLY, t + period)
-                    ):
-                        verdict.violations.append(
-                            f"I2 {track.job}#{item}: fire at {t:.2f} neither ran nor was skipped"
-                        )
-    verdict.violations += _misfires(ledger, index, shadows, session_timeout, tracks)
+                    _tally(verdict, kinds, found)
+                n = bisect.bisect_left(shadows, t - session_timeout - 2 * period)
+                shadowed = n < len(shadows) and shadows[n] <= t + period
+                runs = sum(1 for o in found if isinstance(o, Run))
+                if shadowed and (runs > 1 or (not found and probe.available)):
+                    # Not promised yet (see the docstring): counted, not failed.
+                    if runs > 1:
+                        verdict.ran_twice += 1
+                    else:
+                        verdict.unaccounted += 1
+                    what = "ran twice" if runs > 1 else "unaccounted"
+                    for kind in kinds:
+                        verdict.near[kind][what] += 1
+                    continue
+                verdict.violations += _judge(track.job, item, t, found)
+                if not found and probe.available:
+                    verdict.violations.append(
+                        f"I2 {track.job}#{item}: fire at {t:.2f} neither ran nor was recorded skipped"
+                    )
+    # Only a job with a live enabled instance at the end has anybody to run it again.
+    last = {t.job: t.probes[-1].total for t in tracks if t.probes and t.probes[-1].available}
+    verdict.violations += _misfires(ledger, starts, last)
+    verdict.violations += _late_reruns(ledger, starts, shadows, session_timeout, tracks)
     return verdict
 
 
+def _tally(verdict: Verdict, kinds: set[str], found: list[Run | Skip]) -> None:
+    for kind in kinds:
+        counts = verdict.near.setdefault(kind, Counter())
+        counts["checked"] += 1
+        if any(isinstance(o, Run) for o in found):
+            counts["ran"] += 1
+        elif found:
+            counts[found[0].reason if isinstance(found[0], Skip) else "ran"] += 1
+
+
+def _started_in(starts: list[float], lo: float, hi: float) -> bool:
+    n = bisect.bisect_left(starts, lo)
+    return n < len(starts) and starts[n] < hi
+
+
+def _judge(job: str, item: int, t: float, found: list[Run | Skip]) -> list[str]:
+    """I2 for one item-fire's outcomes: at most one run, and no skip recorded beside it but
+    by an instance that did not know yet that the item had moved."""
+    runs = [o for o in found if isinstance(o, Run)]
+    skips = [o for o in found if isinstance(o, Skip)]
+    where = f"I2 {job}#{item}: fire at {t:.2f}"
+    if len(runs) > 1:
+        return [f"{where} ran {len(runs)} times ({', '.join(r.instance for r in runs)})"]
+    # An instance that does not know yet that the item moved records it skipped as its
+    # own while its new owner runs it: the record is wrong, nothing is lost or doubled.
+    # A "nobody ran it" record is wrong if the run came first; a late run after it (a
+    # fire that waited out a lost connection) leaves it true when it was made.
+    wrong = (
+        [
+            s
+            for s in skips
+            if s.instance == runs[0].instance or (s.reason == DEAD_OWNER and s.at > runs[0].start)
+        ]
+        if runs
+        else []
+    )
+    if wrong:
+        return [f"{where} ran on {runs[0].instance} and was recorded skipped ({wrong[0].reason})"]
+    return []
+
+
 def _misfires(
+    ledger: Ledger, starts: dict[tuple[str, int], list[float]], totals: dict[str, int]
+) -> list[str]:
+    """With misfire on, a skipped item-fire leads to a run of the item after it (unless a
+    lower count dropped the item, or no instance is left to run it)."""
+    found = []
+    for skip in ledger.skips:
+        if not skip.misfire:
+            continue
+        for item in skip.items:
+            if item >= totals.get(skip.job, 0):
+                continue
+            if not _started_in(starts.get((skip.job, item), []), skip.at - EARLY, math.inf):
+                found.append(
+                    f"I2 {skip.job}#{item}: fire at {skip.fire:.2f} skipped at {skip.at:.2f} "
+                    f"({skip.reason}) with misfire on, and never run again"
+                )
+    return found
+
+
+def _late_reruns(
     ledger: Ledger,
-    index: dict[tuple[str, int], _Index],
+    starts: dict[tuple[str, int], list[float]],
     shadows: list[float],
     session_timeout: float,
     tracks: list[JobTrack],
 ) -> list[str]:
+    """Outside every shadow, a misfired item runs again within one period and a half after
+    the fire that kept it busy ended (a fire holds all its items until its last one
+    returns), or after the skip if nothing kept it busy."""
     periods = {track.job: track.period for track in tracks}
     fire_ends: dict[tuple[str, int], float | None] = {}
-    for run in ledger.runs:  # a fire holds all its items until its last one returns
+    last_run: dict[tuple[str, int], list[Run]] = {}
+    for run in ledger.runs:
         key = (run.instance, run.token)
         end = fire_ends.get(key, run.end)
         fire_ends[key] = None if end is None or run.end is None else max(end, run.end)
+        last_run.setdefault((run.job, run.item), []).append(run)
     found = []
     for skip in ledger.skips:
         if not skip.misfire:
             continue
         period = periods[skip.job]
         for item in skip.items:
-            entry = index[(skip.job, item)]
-            before = [run for run in entry.runs if run.start <= skip.at]
+            runs = last_run.get((skip.job, item), [])
+            before = [r for r in runs if r.start <= skip.at]
             until = fire_ends[(before[-1].instance, before[-1].token)] if before else skip.at
             if until is None:
-                continue  # still busy at the end: I4 and I3 speak for it
+                continue  # still busy at the end: I3 and I4 speak for it
             deadline = max(until, skip.at) + 1.5 * period
-            # A disturbance from before the skip up to the deadline may delay the re-run.
             n = bisect.bisect_left(shadows, skip.at - session_timeout - 2 * period)
             if n < len(shadows) and shadows[n] <= deadline:
-                continue
-            if not entry.started_in(skip.at, deadline):
+                continue  # a fault may delay the re-run: only that it comes is checked
+            if not _started_in(starts.get((skip.job, item), []), skip.at, deadline):
                 found.append(
                     f"I2 {skip.job}#{item}: skipped at {skip.at:.2f} ({skip.reason}) with "
                     "misfire on, and not run once it could"

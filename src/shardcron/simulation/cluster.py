@@ -75,6 +75,7 @@ class Member:
     lead: ClaimLead | None = None  # the process's, as a Scheduler's: learned from its claims
     departures: Departures | None = None  # the process's, as a Scheduler's
     long_items: bool = False  # the next items it starts outlast the stop grace
+    link_down_until: float = 0.0  # an outage of its connection lasts until then
 
 
 class Cluster:
@@ -174,7 +175,12 @@ class Cluster:
         def run(ctx: ShardingContext) -> None:
             duration = self.duration(member)
             record = ledger.start(
-                job, ctx.sharding_item, member.name, ctx.fencing_token, ctx.source
+                job,
+                ctx.sharding_item,
+                member.name,
+                ctx.fencing_token,
+                ctx.source,
+                ctx.scheduled_fire_time,
             )
 
             def end() -> None:
@@ -276,6 +282,7 @@ class Cluster:
         if member.node.phase is not Phase.UP or not member.inner._link_up:
             return
         member.inner.disconnect()
+        member.link_down_until = self.world.now + length
         sid = member.inner.session_id
         if length > self.session_timeout:
             self.world.at(self.world.now + self.session_timeout, lambda: self.end_session(sid))
@@ -290,6 +297,13 @@ class Cluster:
     def partition(self, member: Member, length: float) -> None:
         if member.node.phase is Phase.UP and member.inner._link_up:
             self.ledger.fault("outage", f"{member.name} for {length:.2f}s")
+            self.outage(member, length)
+
+    def restart_registry(self, length: float) -> None:
+        """The registry server restarts with its data (shorter than the session timeout):
+        every connection drops at once and comes back; the sessions survive."""
+        self.ledger.fault("registry-restart", f"down for {length:.2f}s")
+        for member in self.members:
             self.outage(member, length)
 
     def expire(self, member: Member) -> None:
@@ -333,11 +347,13 @@ class Cluster:
         self.world.at(self.world.now + self.session_timeout, lambda: self.end_session(sid))
 
     def stall(self, member: Member, length: float) -> None:
-        """SIGSTOP for ``length`` (past the session timeout): nothing runs, its items
-        keep "running", its session expires; then SIGCONT."""
+        """SIGSTOP for ``length``: nothing runs, its items keep "running"; past the session
+        timeout its session expires meanwhile (a *stall*), short of it the session
+        survives (a *pause*); then SIGCONT."""
         if member.node.phase is not Phase.UP:
             return
-        self.ledger.fault("stall", f"{member.name} for {length:.2f}s")
+        kind = "stall" if length > self.session_timeout else "pause"
+        self.ledger.fault(kind, f"{member.name} for {length:.2f}s")
         member.node.phase = Phase.STALLED
         member.node.resume_at = self.world.now + length
         member.node.stalls.append((self.world.now, member.node.resume_at))
@@ -351,7 +367,8 @@ class Cluster:
                 member.node.phase = Phase.UP
                 self.ledger.disturbances.append(self.world.now)
                 self.ledger.note(f"{member.name} resumes")
-                member.inner.reconnect()
+                if self.world.now >= member.link_down_until:  # else the outage's end does
+                    member.inner.reconnect()
 
         self.world.at(member.node.resume_at, resume)
 
@@ -410,4 +427,5 @@ class Cluster:
             member.events.stop()
             self.ledger.disturbances.append(self.world.now)
 
-        self.world.at(self.world.now + GRACE_SECONDS, deadline)
+        # The grace is the process's own timer: a pause holds it up, as it holds the rest.
+        self.world.at(self.world.now + GRACE_SECONDS, deadline, member.node)

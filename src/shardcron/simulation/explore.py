@@ -22,6 +22,9 @@ class Report:
     actions: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     item_fires: int = 0
+    unaccounted: int = 0
+    ran_twice: int = 0
+    near: dict[str, Counter[str]] = field(default_factory=dict)  # see checks.Verdict
     skipped: Counter[str] = field(default_factory=Counter)
     violations: dict[int, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
@@ -32,6 +35,10 @@ class Report:
         self.actions.update(other.actions)
         self.errors.update(other.errors)
         self.item_fires += other.item_fires
+        self.unaccounted += other.unaccounted
+        self.ran_twice += other.ran_twice
+        for kind, counts in other.near.items():
+            self.near.setdefault(kind, Counter()).update(counts)
         self.skipped.update(other.skipped)
         self.violations.update(other.violations)
 
@@ -51,6 +58,9 @@ def from_result(result: Result) -> Report:
         actions=Counter(result.actions),
         errors=Counter(result.errors),
         item_fires=result.item_fires,
+        unaccounted=result.unaccounted,
+        ran_twice=result.ran_twice,
+        near={kind: Counter(counts) for kind, counts in result.near.items()},
         skipped=Counter(result.skipped),
     )
     if result.violations:
@@ -93,9 +103,28 @@ def summary(report: Report) -> str:
         f"faults: {sum(report.faults.values())} ({counts(report.faults)}); "
         f"operator actions: {sum(report.actions.values())} ({counts(report.actions)}); "
         f"item-fires checked: {report.item_fires}; "
+        f"near a fault, not promised yet: {report.unaccounted} unaccounted, "
+        f"{report.ran_twice} run twice one after the other; "
         f"skipped: {sum(report.skipped.values())} ({counts(report.skipped)}); "
         f"violations: {len(report.violations)}"
     )
     if report.errors:
         line += f"; errors reaching the coordinator: {counts(report.errors)}"
     return line
+
+
+def by_fault(report: Report) -> str:
+    """Per fault or operator action kind: the item-fires due in its shadow and what became
+    of them. An item-fire near two kinds counts for both; "none": no fault or action
+    began near it (the end of one, a reconnect say, may be near)."""
+    lines = []
+    for kind, counts in sorted(report.near.items()):
+        rest = Counter(counts)
+        checked, ran = rest.pop("checked", 0), rest.pop("ran", 0)
+        unaccounted, twice = rest.pop("unaccounted", 0), rest.pop("ran twice", 0)
+        skipped = ", ".join(f"{reason} {n}" for reason, n in rest.most_common()) or "none"
+        lines.append(
+            f"  near {kind}: {checked} item-fires, ran {ran}, skipped {sum(rest.values())} "
+            f"({skipped}); not promised yet: unaccounted {unaccounted}, ran twice {twice}"
+        )
+    return "\n".join(lines)

@@ -27,6 +27,7 @@ class Run:
     start: float
     token: int
     source: ExecutionSource
+    fire: float | None  # ctx.scheduled_fire_time: the fire second the run is for
     end: float | None = None
     current: bool = True  # ctx.claim_is_current() when the run ended
     # The session that made the claim ended while the item ran, or before it started while
@@ -42,6 +43,8 @@ class Skip:
     items: tuple[int, ...]
     reason: str
     misfire: bool
+    fire: float  # the second of the fire skipped
+    source: ExecutionSource
 
 
 @dataclass
@@ -55,6 +58,7 @@ class Ledger:
     actions: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     disturbances: list[float] = field(default_factory=list)
+    marks: list[tuple[float, str]] = field(default_factory=list)  # (when, fault or action kind)
     timeline: list[tuple[float, str]] = field(default_factory=list)
     _open: dict[tuple[str, int], list[Run]] = field(default_factory=dict)
 
@@ -83,17 +87,27 @@ class Ledger:
     def fault(self, kind: str, detail: str) -> None:
         self.faults[kind] += 1
         self.disturbances.append(self.world.now)
+        self.marks.append((self.world.now, kind))
         self.note(f"FAULT {kind}: {detail}")
 
     def action(self, kind: str, detail: str) -> None:
         self.actions[kind] += 1
         self.disturbances.append(self.world.now)
+        self.marks.append((self.world.now, kind))
         self.note(f"OPERATOR {kind}: {detail}")
 
     # -- runs -----------------------------------------------------------------------------
 
-    def start(self, job: str, item: int, instance: str, token: int, source: ExecutionSource) -> Run:
-        run = Run(job, item, instance, self.world.now, token, source)
+    def start(
+        self,
+        job: str,
+        item: int,
+        instance: str,
+        token: int,
+        source: ExecutionSource,
+        fire: float | None,
+    ) -> Run:
+        run = Run(job, item, instance, self.world.now, token, source, fire)
         self.runs.append(run)
         running = self._open.setdefault((job, item), [])
         self.overlaps += [(other, run) for other in running]
@@ -116,16 +130,22 @@ class Ledger:
 
     # -- runtime events (observers) -------------------------------------------------------
 
-    def observe_skip(
-        self, job: str, instance: str, items: tuple[int, ...], reason: str, misfire: bool
-    ) -> None:
-        self.skips.append(Skip(self.world.now, job, instance, items, reason, misfire))
-        self.note(f"{instance} skips {job}{list(items)}: {reason}")
-
     def observe(self, event: Event) -> None:
         if isinstance(event, ItemsSkipped):
-            self.observe_skip(
-                event.job_name, event.instance, event.items, event.reason, event.misfire
+            skip = Skip(
+                self.world.now,
+                event.job_name,
+                event.instance,
+                event.items,
+                event.reason,
+                event.misfire,
+                event.fire_time,
+                event.source,
+            )
+            self.skips.append(skip)
+            self.note(
+                f"{skip.instance} skips {skip.job}{list(skip.items)} of {skip.fire:.2f}: "
+                f"{skip.reason}"
             )
         elif isinstance(event, LeaderChanged) and self.verbose:
             role = "becomes" if event.leader else "is no longer"

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shardcron.coordination import claims, sharding
+from shardcron.coordination import claims, groupcommit, sharding
 from shardcron.simulation import checks, speed
 from shardcron.simulation.cluster import Cluster, JobSpec, Member
 from shardcron.simulation.faults import Fault, Kind, Timing
@@ -25,6 +25,8 @@ from shardcron.simulation.ledger import Ledger
 from shardcron.simulation.world import EPOCH
 
 WARM_UP = 1.5
+# How far an operator moves a job's item count at once (from the current count, within 2-6).
+COUNT_MOVES = (-3, -2, -1, 1, 2, 3)
 # Kinds a random lost request aims at (None: whatever request comes next).
 AIMS: list[Kind | None] = [None, None, *Kind]
 
@@ -36,6 +38,9 @@ class Result:
     actions: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     item_fires: int = 0
+    unaccounted: int = 0  # item-fires near a fault with no run and no skip recorded
+    ran_twice: int = 0  # item-fires near a fault run twice, one run after the other
+    near: dict[str, Counter[str]] = field(default_factory=dict)  # see checks.Verdict
     skipped: Counter[str] = field(default_factory=Counter)  # item-fires skipped, by reason
     violations: list[str] = field(default_factory=list)
     timeline: list[tuple[float, str]] = field(default_factory=list)
@@ -92,11 +97,14 @@ def _chaos_actions(
         ),
         "crash": lambda: cluster.crash(member),
         "stall": lambda: cluster.stall(member, timeout + rng.uniform(0.3, 1.5)),
+        # A GC pause or a short SIGSTOP: the session survives it (see Cluster.stall).
+        "pause": lambda: cluster.stall(member, rng.uniform(0.3, timeout * 0.8)),
+        "registry-restart": lambda: cluster.restart_registry(rng.uniform(0.2, timeout * 0.8)),
         "shutdown": lambda: cluster.shutdown(member),
         "disable": lambda: _disable_for(cluster, member, rng.uniform(0.5, 4.0)),
         "failover": lambda: _toggle_failover(cluster, job),
         "count": lambda: cluster.change_config(
-            job, "count", sharding_total_count=max(2, min(6, total + rng.choice((-1, 1))))
+            job, "count", sharding_total_count=max(2, min(6, total + rng.choice(COUNT_MOVES)))
         ),
         "trigger": lambda: cluster.trigger(job),
         "graceful-stop": lambda: cluster.graceful_stop(member),
@@ -161,6 +169,9 @@ def run(cluster: Cluster, chaos_end: float) -> Result:
         actions=ledger.actions,
         errors=ledger.errors,
         item_fires=verdict.item_fires,
+        unaccounted=verdict.unaccounted,
+        ran_twice=verdict.ran_twice,
+        near=verdict.near,
         skipped=_skipped(ledger),
         violations=verdict.violations,
         timeline=ledger.timeline,
@@ -182,12 +193,13 @@ def _probe_every(cluster: Cluster, track: checks.JobTrack, at: float) -> None:
     cluster.world.at(at, probe)
 
 
-# A quarter of the seeds claim in parts of one item and write layouts a few owners per
-# transaction: a fire too big for one transaction is claimed as several
+# A quarter of the seeds claim in parts of one item, write layouts a few owners per
+# transaction and cut group commits into multi-ops of a few ops: a fire too big for one transaction is claimed as several
 # (claims.in_parts), a layout is written as several (sharding.write). Drawn apart
 # from the seed's own stream, so that every seed keeps the scenario it had before.
 IN_PARTS_SHARE = 0.25
 IN_PARTS_BYTES = 400
+IN_PARTS_OPS = 5  # and cut each tick's group commit into multi-ops of a few ops
 
 
 def run_seed(seed: int, verbose: bool = False) -> Result:
@@ -195,12 +207,13 @@ def run_seed(seed: int, verbose: bool = False) -> Result:
     length = cluster.rng.uniform(3.0, 5.0)
     plan_chaos(cluster, EPOCH + WARM_UP, length)
     in_parts = random.Random(f"parts-{seed}").random() < IN_PARTS_SHARE
-    limits = claims.PART_BYTES, sharding.LAYOUT_BYTES
+    limits = claims.PART_BYTES, sharding.LAYOUT_BYTES, groupcommit.MAX_CHUNK_OPS
     if in_parts:
         claims.PART_BYTES = sharding.LAYOUT_BYTES = IN_PARTS_BYTES
+        groupcommit.MAX_CHUNK_OPS = IN_PARTS_OPS
     try:
         result = run(cluster, EPOCH + WARM_UP + length)
     finally:
-        claims.PART_BYTES, sharding.LAYOUT_BYTES = limits
+        claims.PART_BYTES, sharding.LAYOUT_BYTES, groupcommit.MAX_CHUNK_OPS = limits
     result.seed = seed
     return result

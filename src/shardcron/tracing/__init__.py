@@ -33,7 +33,7 @@ import traceback
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from shardcron.config.secrecy import redact_text
 from shardcron.coordination.events import (
@@ -139,7 +139,12 @@ class Tracer:
         if isinstance(event, ItemsSkipped):
             tid = _task_id_of(event.job_name, event.items, event.instance)
             what = "misfired: they run once the current run ends" if event.misfire else "not run"
-            message = f"items {list(event.items)} skipped ({event.reason}); {what}"
+            fire = (
+                f" of the fire of {datetime.fromtimestamp(event.fire_time, UTC).isoformat()}"
+                if event.fire_time
+                else ""
+            )
+            message = f"items {list(event.items)}{fire} skipped ({event.reason}); {what}"
             return [
                 self._status(event, tid, event.items, FireState.TASK_STAGING, ""),
                 self._status(event, tid, event.items, FireState.TASK_FINISHED, message),
