@@ -13,15 +13,12 @@ belongs to.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from shardcron.coordination import election, sharding
 from shardcron.coordination.job import JobState
+from shardcron.coordination.misfires import Misfires, MisfiresFiring
 from shardcron.model import ExecutionSource
-
-if TYPE_CHECKING:
-    from shardcron.coordination.localitems import LocalItems
-    from shardcron.coordination.misfires import Misfires
 
 RESHARDING = "resharding in progress"
 
@@ -42,23 +39,11 @@ class WaitingJob(JobState, Protocol):
     def resharder(self) -> sharding.Resharder: ...
 
 
-class WaitingFiring(Protocol):
+class WaitingFiring(MisfiresFiring, Protocol):
     """What :class:`LayoutWait` asks of its job's fire side."""
 
     @property
-    def items(self) -> LocalItems: ...
-
-    @property
     def misfires(self) -> Misfires: ...
-
-    def fire(
-        self,
-        source: ExecutionSource = ExecutionSource.NORMAL_TRIGGER,
-        only: list[int] | None = None,
-        start_at: float | None = None,
-        trust_cache: bool = True,
-        after_layout: bool = False,
-    ) -> None: ...
 
 
 class LayoutWait:

@@ -124,6 +124,7 @@ class MisfiresFiring(Protocol):
         only: list[int] | None = None,
         start_at: float | None = None,
         trust_cache: bool = True,
+        after_layout: bool = False,
     ) -> None: ...
 
 
