@@ -276,6 +276,10 @@ class Firing:
 
         self.rt.guarded(overran, "fire")
 
+    def clock_stepped(self) -> None:
+        """The process's wall clock stepped: the next fire measures its skew again."""
+        self._clock.forget()
+
     def missed(self, when: float) -> None:
         """The fire of second ``when`` came too late to run (the process was paused, or
         the wall clock stepped forward): its items are recorded as skipped and, with
