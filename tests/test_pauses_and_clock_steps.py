@@ -204,12 +204,16 @@ def test_a_fire_due_while_a_worker_is_paused_is_recorded_skipped_then_run_once_a
     every_skip = skips(w, A) + skips(w, B)
     normal = accounted(w, 2, first, last, every_skip)
     assert skipped == [Skip(paused_item, missed, MISSED, misfire)]
-    assert [s for s in every_skip if first <= s.fire <= last] == skipped
-    assert (paused_item, missed) not in normal  # not run late
+    # The next fire, due 0.4 s before the resume, runs late; on a loaded machine it may be
+    # released over a second late as well, and be skipped too.
+    also = [s for s in every_skip if first <= s.fire <= last and s not in skipped]
+    assert also in ([], [Skip(paused_item, missed + 1, MISSED, misfire)])
+    assert not {(s.item, s.fire) for s in skipped + also} & set(normal)  # none ran late
     reruns = [r for r in runs(w) if r["source"] == "MISFIRE"]
     if misfire:
         (rerun,) = reruns
-        assert (rerun["instance"], rerun["item"], rerun["fire"]) == (B, paused_item, missed)
+        latest = max(s.fire for s in skipped + also)
+        assert (rerun["instance"], rerun["item"], rerun["fire"]) == (B, paused_item, latest)
         assert rerun["start"] - resumed < 1.5  # right after the pause
     else:
         assert reruns == []
@@ -276,10 +280,11 @@ def test_a_worker_whose_wall_clock_steps_back_then_forward_runs_no_fire_twice(
 
     every_skip = skips(w, A) + skips(w, B)
     accounted(w, 4, first, last, every_skip)
-    # The seconds B's clock jumped over: the last may still be released within a second
-    # of its time, and run (late) instead.
+    # The seconds B's clock jumped over: the 4th may still be released within a second of
+    # its time, and run (late) instead.
     jumped = sorted({s.fire for s in every_skip})
-    assert jumped in ([forward + n for n in range(1, 4)], [forward + n for n in range(1, 5)])
+    assert jumped == [forward + n for n in range(1, len(jumped) + 1)]
+    assert 3 <= len(jumped) <= 5  # the 5th: the next fire, released late on a loaded machine
     assert sorted((s.item, s.fire) for s in every_skip) == [
         (i, f) for i in sorted(stepped_items) for f in jumped
     ]

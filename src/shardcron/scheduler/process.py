@@ -455,7 +455,7 @@ class Scheduler:
     def _clock_stepped(self) -> None:
         """The wall clock stepped: each job's next fire measures its skew again."""
         for runtime in list(self.runtimes.values()):
-            runtime.guarded(runtime.firing.clock_stepped, "clock step")
+            runtime.guarded(runtime.firing.clock.forget, "clock step")
 
     def _heal_every(self) -> float:
         return healing.heal_seconds(len(self.runtimes))
