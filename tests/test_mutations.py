@@ -78,6 +78,18 @@ MUTATIONS = [
         ],
     ),
     Mutation(
+        "case 4b: a misfire after a pause names its own start, not the fire it catches up",
+        "coordination/misfires.py",
+        "start_at=not_before or None)",
+        "start_at=not_before if not_before > now else None)",
+        [
+            named(
+                "test_pauses_and_clock_steps.py",
+                "test_a_fire_due_while_a_worker_is_paused_is_recorded_skipped_then_run_once_as_a_misfire[misfire]",
+            )
+        ],
+    ),
+    Mutation(
         "case 5: a step back of the wall clock freezes every timer",
         "scheduler/timers.py",
         "        if abs(step) < STEP_SECONDS:\n            return",
@@ -86,6 +98,18 @@ MUTATIONS = [
             named(
                 "test_timers.py",
                 "test_after_a_step_back_delays_keep_their_length_and_fires_wait_for_their_time",
+            )
+        ],
+    ),
+    Mutation(
+        "case 5b: the time-diff check goes on trusting what it measured before a clock step",
+        "scheduler/timers.py",
+        "        self._coordinate(self._stepped)\n",
+        "",
+        [
+            named(
+                "test_pauses_and_clock_steps.py",
+                "test_a_worker_whose_wall_clock_steps_back_then_forward_runs_no_fire_twice",
             )
         ],
     ),

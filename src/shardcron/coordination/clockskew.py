@@ -1,5 +1,6 @@
 """The time-diff check (ElasticJob's ``maxTimeDiffSeconds``): this host's clock against
-the registry's, measured once a minute by writing a node and reading its mtime.
+the registry's, measured once a minute by writing a node and reading its mtime, and again
+at the first fire after a step of the wall clock (an NTP step, a VM resumed).
 
 A fire whose host clock is off by more than the job allows is reported (a ``THROW``
 error handler aborts it, as in Java): cron seconds mean nothing on a wrong clock.
@@ -7,6 +8,7 @@ error handler aborts it, as in Java): cron seconds mean nothing on a wrong clock
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from shardcron.errors import ClockSkewError
@@ -22,6 +24,12 @@ class ClockCheck:
         self._job, self._registry, self._node, self._now = job, registry, node, now
         self._offset = 0.0
         self._checked_at = -REFRESH_SECONDS
+
+    def forget(self) -> None:
+        """The wall clock stepped: the offset measured before means nothing now. Kept, it
+        would hide the step for up to a minute (after a step back, a minute more than the
+        step)."""
+        self._checked_at = -math.inf
 
     def skew(self, limit: int) -> ClockSkewError | None:
         """The error when this host's clock is more than ``limit`` seconds off (-1: no

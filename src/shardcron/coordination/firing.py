@@ -85,7 +85,7 @@ class Firing:
         self._claiming: list[Fire] = []  # claims sent with the tick's group commit
         self._completing: list[Fire] = []  # completions sent likewise
         self.layout = LayoutWait(rt, self)
-        self._clock = ClockCheck(rt.name, rt.registry, rt.paths.system_time, rt.host.now)
+        self.clock = ClockCheck(rt.name, rt.registry, rt.paths.system_time, rt.host.now)
         self.misfires = Misfires(rt, self)
         self.failovers = failover.Claims(rt, self)
         self._keep_going = self.keep_going  # one bound method for the contexts of every fire
@@ -208,7 +208,7 @@ class Firing:
             self.misfires.skip(self.items.mine(only), lost, when, source=source)
             return
         try:
-            skew = self._clock.skew(self.rt.config.max_time_diff_seconds)
+            skew = self.clock.skew(self.rt.config.max_time_diff_seconds)
             if skew is not None and not self.path.report(None, skew):
                 return  # a THROW handler aborts the fire, as in Java
             if self.rt.reshard_due or sharding.is_necessary(self.rt.cache, self.rt.paths):

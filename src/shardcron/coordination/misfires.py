@@ -291,8 +291,10 @@ class Misfires:
                 log.info(
                     "job %s: running misfired items %s%s", self.rt.name, item_ranges(items), also
                 )
-            start_at = not_before if not_before > now else None  # claimed now, run then
-            self._firing.fire(ExecutionSource.MISFIRE, only=items, start_at=start_at)
+            # Claimed now, run at the second of the latest fire it stands for, or at once if
+            # that has passed: either way the run names that fire (ctx.scheduled_fire_time).
+            # None known (a flag written by another process): the run names its own start.
+            self._firing.fire(ExecutionSource.MISFIRE, only=items, start_at=not_before or None)
 
 
 def _why_held(fires: list[Fire]) -> dict[int, str]:

@@ -143,7 +143,7 @@ class Scheduler:
         self._repeated = RepeatedLines()
         self._joins = sharding.Joins()
         self._loop = AsyncLoop()
-        self._timers = Timers(self.coordinate)
+        self._timers = Timers(self.coordinate, stepped=self._clock_stepped)
         self._handovers = HandOvers(
             StartsFirst(self.coordinate, self.call_later, gc_threshold is not None),
             lambda when, fn: self._timers.push(when, fn, on_timer=True),
@@ -451,6 +451,11 @@ class Scheduler:
         self._relead_due = False
         for runtime in list(self.runtimes.values()):
             runtime.guarded(runtime.firing.timer.relead, "claim lead")
+
+    def _clock_stepped(self) -> None:
+        """The wall clock stepped: each job's next fire measures its skew again."""
+        for runtime in list(self.runtimes.values()):
+            runtime.guarded(runtime.firing.clock.forget, "clock step")
 
     def _heal_every(self) -> float:
         return healing.heal_seconds(len(self.runtimes))

@@ -36,8 +36,14 @@ STEP_SECONDS = 0.5
 
 
 class Timers:
-    def __init__(self, coordinate: Callable[[Callable[[], None]], None]) -> None:
+    def __init__(
+        self,
+        coordinate: Callable[[Callable[[], None]], None],
+        stepped: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``stepped`` runs on the coordinator after each step of the wall clock."""
         self._coordinate = coordinate
+        self._stepped = stepped
         self.lock = threading.Condition()
         # (when, order, fn, whether fn runs on the timer thread: it only hands work over,
         # whether ``when`` stands for a delay: it moves with a step of the wall clock)
@@ -122,6 +128,7 @@ class Timers:
             for when, seq, fn, on_timer, relative in self._heap
         ]
         heapq.heapify(self._heap)
+        self._coordinate(self._stepped)
 
     def _run(self, fns: list[Callable[[], None]], released: float) -> None:
         self._released = released
