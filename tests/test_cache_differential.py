@@ -184,6 +184,9 @@ class Watched:
         self.version, self.values_version, self.contents = version, values_version, want
 
 
+Caches = list[tuple[Watched, Watched]]  # per side: a job's cache, and its parent's
+
+
 def run_sequence(seed: int, sides: list[Side], figures: Figures) -> None:
     """Draw sequence ``seed`` step by step from the first side's registry, apply each
     step to every side, and compare at the quiescent points."""
@@ -191,25 +194,6 @@ def run_sequence(seed: int, sides: list[Side], figures: Figures) -> None:
     draw = Draw(rng)
     base = f"/seq{seed}"
     root = f"{base}/job"
-    history: list[Step] = []
-
-    def point() -> None:
-        truths = []
-        for side, caches in zip(sides, watched, strict=True):
-            side.sync()
-            truths.append(side.truth(base))
-            for cache in caches:
-                try:
-                    cache.check(truths[-1])
-                except Diverged as exc:
-                    where = f"seed {seed}, {side.name}, cache of {cache.root}"
-                    raise Diverged(f"{where}, after {history[-3:]}: {exc}") from None
-        for side, truth in zip(sides[1:], truths[1:], strict=True):
-            if truth != truths[0]:
-                found = differences(truths[0], dict(truth))
-                raise Diverged(f"seed {seed}: {side.name}'s registry differs: {found}")
-        figures.points += 1
-
     for side in sides:  # sometimes a job is there before the caches load
         side.writer.put(base, b"")
         if seed % 3 == 0:
@@ -224,30 +208,22 @@ def run_sequence(seed: int, sides: list[Side], figures: Figures) -> None:
     ]
     # Half the time the caches load (together, as a group of jobs registers) while the
     # writer's transactions are on their way: the load races them.
-    model = Model(relative(sides[0].truth(root), root))
-    racing = Step("burst", burst=draw.burst(model)) if seed % 2 else Step("burst")
-    racing = placed(racing, root)
-    history.append(racing)
-    answers = []
-    for side, caches in zip(sides, watched, strict=True):
-        answered = side.send(racing.burst)
-        loaded = side.reader.tree_caches([cache.spec for cache in caches])
-        for cache, tree_cache in zip(caches, loaded, strict=True):
-            cache.cache = tree_cache
-        answers.append(answered())
-    if any(answer != answers[0] for answer in answers):
-        raise Diverged(f"seed {seed}: the registries answered {racing} with {answers}")
+    racing = Step("burst")
+    if seed % 2:
+        racing = placed(Step("burst", burst=draw.burst(model_of(sides[0], root))), root)
+    history = [racing]
     try:
+        answers = [load(side, caches, racing) for side, caches in zip(sides, watched, strict=True)]
+        agree(seed, racing, answers)
         ops = racing.op_count if racing.burst else 0
         while ops < OPS_PER_SEQUENCE:
-            step = placed(draw.step(Model(relative(sides[0].truth(root), root))), root)
+            step = placed(draw.step(model_of(sides[0], root)), root)
             history.append(step)
-            answers = [side.apply(step) for side in sides]
-            if any(answer != answers[0] for answer in answers):
-                raise Diverged(f"seed {seed}: the registries answered {step} with {answers}")
+            agree(seed, step, [side.apply(step) for side in sides])
             ops += step.op_count
             if step.kind in ("cut", "end") or ops >= OPS_PER_SEQUENCE or rng.random() < 0.4:
-                point()
+                compare(f"seed {seed}, after {history[-3:]}", sides, watched, base)
+                figures.points += 1
     finally:
         for cache in (cache for caches in watched for cache in caches):
             if cache.cache is not None:
@@ -257,6 +233,41 @@ def run_sequence(seed: int, sides: list[Side], figures: Figures) -> None:
     for side, caches in zip(sides, watched, strict=True):
         heard = sum(cache.heard for cache in caches)
         figures.events[side.name] = figures.events.get(side.name, 0) + heard
+
+
+def model_of(side: Side, root: str) -> Model:
+    return Model(relative(side.truth(root), root))
+
+
+def load(side: Side, caches: tuple[Watched, Watched], racing: Step) -> list[str]:
+    """Load ``caches`` together while the writer's ``racing`` transactions go out."""
+    answered = side.send(racing.burst)
+    loaded = side.reader.tree_caches([cache.spec for cache in caches])
+    for cache, tree_cache in zip(caches, loaded, strict=True):
+        cache.cache = tree_cache
+    return answered()
+
+
+def agree(seed: int, step: Step, answers: list[list[str]]) -> None:
+    if any(answer != answers[0] for answer in answers):
+        raise Diverged(f"seed {seed}: the registries answered {step} with {answers}")
+
+
+def compare(where: str, sides: list[Side], watched: Caches, base: str) -> None:
+    """A quiescent point: every cache against its registry, and the registries together."""
+    truths = []
+    for side, caches in zip(sides, watched, strict=True):
+        side.sync()
+        truths.append(side.truth(base))
+        for cache in caches:
+            try:
+                cache.check(truths[-1])
+            except Diverged as exc:
+                raise Diverged(f"{where}: {side.name}, cache of {cache.root}: {exc}") from None
+    for side, truth in zip(sides[1:], truths[1:], strict=True):
+        if truth != truths[0]:
+            found = differences(truths[0], dict(truth))
+            raise Diverged(f"{where}: {side.name}'s registry differs: {found}")
 
 
 @pytest.fixture
@@ -383,6 +394,6 @@ def test_the_comparison_catches_a_zookeeper_cache_that_misses_its_resync(
 
     monkeypatch.setattr(ZooKeeperCaches, "resync", resync_without_removals)
     figures = Figures()
-    with pytest.raises(Diverged, match=r"zookeeper.*the cache differs from the registry"):
+    with pytest.raises(Diverged, match=r"zookeeper, cache of .*: the cache differs from"):
         for seed in range(50):
             run_sequence(seed, memory_and_zookeeper, figures)
