@@ -1,44 +1,23 @@
-"""Sequences of registry operations on a small job-like tree, drawn from a seed, and the
-two registry sides they are replayed on (the embedded registry, ZooKeeper).
+"""Sequences of registry operations on a small job-like tree, drawn from a seed (the
+sides they are applied to are in :mod:`tests.cachesides`).
 
 A sequence is drawn step by step, each step from what the registry holds after the one
 before, and each step is applied to every side in turn, so the sides go through the same
 history. Steps cover what coordination does to a job's tree: single writes, multi-op
 transactions (some failing as a whole), recursive deletes, ephemeral nodes of a second
-session that then closes or expires, bursts of transactions sent without waiting, and a
-reader cut off from the registry while others write, then back (on the same session, or on
-a new one when its session expired meanwhile) while others go on writing.
+session that then closes or expires, sequential nodes, bursts of transactions sent
+without waiting, and a reader cut off from the registry while others write, then back (on
+the same session, or on a new one when its session expired meanwhile) while others go on
+writing.
 """
 
 from __future__ import annotations
 
 import random
-import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError as KazooNoNode
-
-from shardcron.errors import RegistryError, TransactionError
-from shardcron.registry import Registry
-from shardcron.registry.cache import join
-from shardcron.registry.contract import (
-    Answer,
-    Check,
-    Create,
-    Delete,
-    Op,
-    SessionState,
-    SetData,
-    TreeCache,
-)
-from shardcron.registry.memory import MemoryRegistry, MemoryServer
-from shardcron.registry.zookeeper import ZooKeeperRegistry
-from shardcron.testing.proxy import TcpProxy
-from shardcron.testing.zookeeper import ZooKeeperServer, expire_session
-from tests.conftest import zk_config
-from tests.helpers import wait_until
+from shardcron.registry.contract import Check, Create, Delete, Op, SetData
 
 # The tree below a job's root (""), as names relative to it. Values are read for the
 # root, the config, the servers and the owners ("instance"); the rest are flags, kept for
@@ -52,8 +31,6 @@ LEAVES = VALUE_LEAVES + FLAG_LEAVES
 EPHEMERAL = ("instances/a", "instances/b", "leader/election/instance")
 SUBTREES = ("sharding", "sharding/0", "sharding/2", "leader", "servers", "instances", "")
 VALUES = (b"", b"a", b"b", b"c" * 40)
-BARRIER = "/barrier"
-DEADLINE = 20.0  # seconds: for a change to reach a cache, or a session to come back
 
 
 def skip_data(root: str) -> Callable[[str], bool]:
@@ -140,8 +117,8 @@ class Draw:
 
     def step(self, model: Model, cut: bool = False) -> Step:
         rng = self.rng
-        kinds = ["put", "create", "delete", "rdelete", "txn", "burst", "ephemeral", "end"]
-        weights = [18, 10, 10, 4, 16, 10, 10, 4]
+        kinds = ["put", "create", "delete", "rdelete", "txn", "burst", "ephemeral", "end", "seq"]
+        weights = [18, 10, 10, 4, 16, 10, 10, 4, 4]
         if not cut:
             kinds.append("cut")
             weights.append(3)
@@ -159,6 +136,9 @@ class Draw:
             return Step("txn", who, ops=self.transaction(model, rng.randint(2, 4)))
         if kind == "burst":
             return Step("burst", burst=self.burst(model))
+        if kind == "seq":  # named by the registry, beside nodes named by their creator
+            how = rng.choice(("ephemeral", ""))
+            return Step("seq", "eph" if how else who, "instances/n-", rng.choice(VALUES), how=how)
         if kind == "ephemeral":
             path = rng.choice(EPHEMERAL)
             return Step("ephemeral", "eph" if who == "writer" else who, path, rng.choice(VALUES))
@@ -239,282 +219,6 @@ class Draw:
         elif step.kind == "end":
             for path in EPHEMERAL:
                 model.nodes.pop(path, None)
-
-
-def describe(exc: RegistryError) -> str:
-    if isinstance(exc, TransactionError):
-        return f"TransactionError at op {exc.index}: {type(exc.cause).__name__}"
-    return type(exc).__name__
-
-
-def attempt(fn: Callable[[], object]) -> str:
-    try:
-        fn()
-    except RegistryError as exc:
-        return describe(exc)
-    return "ok"
-
-
-@dataclass
-class Side:
-    """Three sessions on one backend: the reader (whose caches are compared), the writer
-    and ``eph``, the second session that holds ephemeral nodes."""
-
-    name: str
-    open: Callable[[], Registry]
-    reader: Registry
-    writer: Registry
-    eph: Registry = field(init=False)
-    states: list[SessionState] = field(default_factory=list)  # the reader's
-    barrier: TreeCache | None = None
-    _count: int = 0
-    _heard: threading.Condition = field(default_factory=threading.Condition)
-
-    def start(self) -> None:
-        self.reader.add_session_listener(self.states.append)
-        self.reader.start()
-        self.writer.start()
-        self.eph = self.open()
-        self.eph.start()
-        self.barrier = self.reader.tree_cache(BARRIER, lambda _event: self._wake())
-
-    def _wake(self) -> None:
-        with self._heard:
-            self._heard.notify_all()
-
-    def sync(self) -> None:
-        """Return once the reader has applied every change made before the call: the
-        writer changes the barrier node, and the reader's event thread applies changes in
-        the registry's order, so the reader's caches hold everything before it."""
-        self._count += 1
-        value = str(self._count).encode()
-        self.writer.put(BARRIER, value)
-        barrier = self.barrier
-        assert barrier is not None
-        with self._heard:
-            if not self._heard.wait_for(lambda: barrier.get(BARRIER) == value, DEADLINE):
-                raise AssertionError(f"{self.name}: the reader did not hear the barrier")
-
-    def apply(self, step: Step) -> list[str]:
-        session = {"writer": self.writer, "reader": self.reader, "eph": self.eph}[step.who]
-        if step.kind == "put":
-            return [attempt(lambda: session.put(step.path, step.data))]
-        if step.kind == "create":
-            return [attempt(lambda: session.create(step.path, step.data))]
-        if step.kind in ("delete", "rdelete"):
-            return [attempt(lambda: session.delete(step.path, recursive=step.kind == "rdelete"))]
-        if step.kind == "txn":
-            return [attempt(lambda: session.transaction(step.ops))]
-        if step.kind == "burst":
-            return self.send_burst(step.burst)
-        if step.kind == "ephemeral":
-            return [attempt(lambda: session.create(step.path, step.data, ephemeral=True))]
-        if step.kind == "end" and step.who == "reader":
-            back = self.comebacks()
-            self.expire_connected_reader()
-            wait_until(lambda: self.comebacks() > back, DEADLINE, f"{self.name}: a new session")
-            return ["ok"]
-        if step.kind == "end":
-            self.end(step.how)
-            return ["ok"]
-        self.cut()
-        outcomes = [outcome for inner in step.inner for outcome in self.apply(inner)]
-        if step.how == "expire":
-            self.expire_reader()
-        back = self.comebacks()
-        self.heal()
-        outcomes += [outcome for after in step.after for outcome in self.apply(after)]
-        wait_until(lambda: self.comebacks() > back, DEADLINE, f"{self.name}: the reader back")
-        return outcomes
-
-    def send_burst(self, burst: Sequence[tuple[Op, ...]]) -> list[str]:
-        return self.send(burst)()
-
-    def send(self, burst: Sequence[tuple[Op, ...]]) -> Callable[[], list[str]]:
-        """Send ``burst``'s transactions from the writer without waiting; returns what
-        waits for their answers."""
-        answers: dict[int, Answer] = {}
-        done = threading.Condition()
-
-        def answered(n: int, answer: Answer) -> None:
-            with done:
-                answers[n] = answer
-                done.notify_all()
-
-        def answers_told() -> list[str]:
-            with done:
-                if not done.wait_for(lambda: len(answers) == len(burst), DEADLINE):
-                    raise AssertionError(f"{self.name}: a burst was not answered")
-            return [
-                describe(a) if isinstance(a, RegistryError) else "ok"
-                for _, a in sorted(answers.items())
-            ]
-
-        for n, ops in enumerate(burst):
-            self.writer.send_transaction(ops, lambda a, n=n: answered(n, a))  # type: ignore[misc]
-        return answers_told
-
-    def end(self, how: str) -> None:
-        raise NotImplementedError
-
-    def cut(self) -> None:
-        """Cut the reader off: it hears nothing until :meth:`heal`."""
-        raise NotImplementedError
-
-    def expire_reader(self) -> None:
-        """End the reader's session while it is cut off."""
-        raise NotImplementedError
-
-    def expire_connected_reader(self) -> None:
-        """End the reader's session while it is connected: it starts a new one."""
-        raise NotImplementedError
-
-    def heal(self) -> None:
-        """Let the reader reach the registry again; it resyncs its caches on its own."""
-        raise NotImplementedError
-
-    def truth(self, root: str) -> dict[str, bytes]:
-        """Every node at or below ``root`` and its value, read back from the registry."""
-        raise NotImplementedError
-
-    def comebacks(self) -> int:
-        """The reader's connections since it started, on its session or on a new one
-        (either state is told after the caches' resync)."""
-        back = (SessionState.CONNECTED, SessionState.RECONNECTED)
-        return sum(state in back for state in self.states)
-
-    def close(self) -> None:
-        for registry in (self.eph, self.writer, self.reader):
-            registry.close()
-
-
-class MemorySide(Side):
-    def __init__(self, server: MemoryServer | None = None) -> None:
-        server = server or MemoryServer()
-        self.server = server
-
-        def open_session() -> Registry:
-            return MemoryRegistry(server, "diff")
-
-        super().__init__("memory", open_session, open_session(), open_session())
-
-    def end(self, how: str) -> None:
-        if how == "expire":
-            self.server.expire(self.eph.session_id)  # the session renews itself
-            return
-        self.eph.close()
-        self.eph = self.open()
-        self.eph.start()
-
-    def cut(self) -> None:
-        assert isinstance(self.reader, MemoryRegistry)
-        self.reader.disconnect()
-
-    def expire_reader(self) -> None:
-        self.server.expire(self.reader.session_id)
-
-    def expire_connected_reader(self) -> None:
-        self.server.expire(self.reader.session_id)
-
-    def heal(self) -> None:
-        assert isinstance(self.reader, MemoryRegistry)
-        self.reader.reconnect()
-
-    def truth(self, root: str) -> dict[str, bytes]:
-        found: dict[str, bytes] = {}
-        level = [root]
-        while level:
-            below = []
-            for path in level:
-                data = self.writer.get(path)
-                if data is not None:
-                    found[path] = data
-                    below += [join(path, name) for name in self.writer.children(path)]
-            level = below
-        return found
-
-
-class ZooKeeperSide(Side):
-    """The reader reaches ZooKeeper through its own TCP proxy, so a cut hits it alone."""
-
-    def __init__(self, server: ZooKeeperServer, namespace: str) -> None:
-        config = zk_config(server, namespace, session_ms=20_000)
-        self.hosts = server.connect_string
-        self.proxy = TcpProxy(server.port)
-        self.proxy.start()
-
-        def open_session() -> Registry:
-            return ZooKeeperRegistry(config)
-
-        # Back as soon as the link is: kazoo waits its retry delay before each attempt.
-        reader = ZooKeeperRegistry(
-            replace(config, servers=self.proxy.connect_string, base_sleep_ms=10, max_sleep_ms=50)
-        )
-        super().__init__("zookeeper", open_session, reader, open_session())
-
-    def end(self, how: str) -> None:
-        eph = self.eph
-        assert isinstance(eph, ZooKeeperRegistry)
-        if how == "expire":
-            expire_session(eph.client)
-            wait_until(lambda: eph.connected, DEADLINE, "a new session after the expiry")
-            return
-        eph.close()
-        self.eph = self.open()
-        self.eph.start()
-
-    def cut(self) -> None:
-        """Hold every byte, then reset the reader's connection: it cannot reconnect until
-        :meth:`heal`, and hears nothing of what happens meanwhile."""
-        suspended = self.states.count(SessionState.SUSPENDED)
-        assert isinstance(self.reader, ZooKeeperRegistry)
-        self.session = self.reader.client.client_id  # kazoo tells it only while connected
-        self.proxy.blackhole(DEADLINE * 3)
-        self.proxy.reset()
-        wait_until(
-            lambda: self.states.count(SessionState.SUSPENDED) > suspended,
-            DEADLINE,
-            "the reader suspended",
-        )
-
-    def expire_reader(self) -> None:
-        """Close the reader's session from a client of its own, straight to the server, as
-        ZooKeeper expires a session: its ephemeral nodes go."""
-        intruder = KazooClient(self.hosts, client_id=self.session)
-        intruder.start(timeout=DEADLINE)
-        intruder.stop()
-        intruder.close()
-
-    def heal(self) -> None:
-        self.proxy.heal()
-
-    def expire_connected_reader(self) -> None:
-        assert isinstance(self.reader, ZooKeeperRegistry)
-        expire_session(self.reader.client)
-
-    def truth(self, root: str) -> dict[str, bytes]:
-        assert isinstance(self.writer, ZooKeeperRegistry)
-        return read_tree(self.writer.client, root)
-
-    def close(self) -> None:
-        super().close()
-        self.proxy.close()
-
-
-def read_tree(client: KazooClient, root: str) -> dict[str, bytes]:
-    """The subtree at ``root``, read level by level, each level's reads sent together."""
-    found: dict[str, bytes] = {}
-    level = [root]
-    while level:
-        reads = [(p, client.get_async(p), client.get_children_async(p)) for p in level]
-        level = []
-        for path, data, children in reads:
-            try:
-                found[path] = bytes(data.get(timeout=DEADLINE)[0])
-                level += [join(path, name) for name in children.get(timeout=DEADLINE)]
-            except KazooNoNode:
-                found.pop(path, None)
-    return found
 
 
 def placed(step: Step, root: str) -> Step:

@@ -3,7 +3,7 @@
 The simulation runs coordination on the embedded registry; production runs it on
 ZooKeeper, whose cache works differently (persistent watches, values read after the
 event, a resync level by level after a reconnect). Each seeded sequence (see
-:mod:`tests.cachediff`) is applied to both; at each quiescent point, on each backend, the
+:mod:`tests.cachediff`) is applied to both (:mod:`tests.cachesides`); at each quiescent point, on each backend, the
 cache must hold exactly what the registry holds, the cache listener's events must add up
 to it (the last value seen per path, a removal for every node gone, no value for a
 ``skip_data`` path), and the version counters must move as the TreeCache contract says.
@@ -24,18 +24,8 @@ from shardcron.registry.cache import LocalTree, is_below, parent_of
 from shardcron.registry.contract import CacheSpec, EventType, NodeEvent, TreeCache
 from shardcron.registry.zkcache import ZooKeeperCaches
 from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
-from tests.cachediff import (
-    Draw,
-    MemorySide,
-    Model,
-    Side,
-    Step,
-    ZooKeeperSide,
-    placed,
-    relative,
-    skip_data,
-    universe,
-)
+from tests.cachediff import Draw, Model, Step, placed, relative, skip_data, universe
+from tests.cachesides import MemorySide, Side, ZooKeeperSide
 from tests.conftest import FIGURES
 
 SEQUENCES = 200
