@@ -35,7 +35,7 @@ def describe(exc: RegistryError) -> str:
 
 
 def attempt(fn: Callable[[], object]) -> str:
-    """ "ok", the name created, or what went wrong."""
+    """What a step answered: ok, the name it created, or the error."""
     try:
         done = fn()
     except RegistryError as exc:
