@@ -135,7 +135,7 @@ class Draw:
         if kind == "txn":
             return Step("txn", who, ops=self.transaction(model, rng.randint(2, 4)))
         if kind == "burst":
-            return Step("burst", burst=self.burst(model))
+            return Step("burst", who, burst=self.burst(model))  # the reader's: a group commit
         if kind == "seq":  # named by the registry, beside nodes named by their creator
             how = rng.choice(("ephemeral", ""))
             return Step("seq", "eph" if how else who, "instances/n-", rng.choice(VALUES), how=how)

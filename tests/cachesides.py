@@ -94,7 +94,7 @@ class Side:
         if step.kind == "txn":
             return [attempt(lambda: session.transaction(step.ops))]
         if step.kind == "burst":
-            return self.send_burst(step.burst)
+            return self.send(step.burst, session)()
         if step.kind == "ephemeral":
             return [attempt(lambda: session.create(step.path, step.data, ephemeral=True))]
         if step.kind == "seq":
@@ -124,12 +124,12 @@ class Side:
         wait_until(lambda: self.comebacks() > back, DEADLINE, f"{self.name}: the reader back")
         return outcomes
 
-    def send_burst(self, burst: Sequence[tuple[Op, ...]]) -> list[str]:
-        return self.send(burst)()
-
-    def send(self, burst: Sequence[tuple[Op, ...]]) -> Callable[[], list[str]]:
-        """Send ``burst``'s transactions from the writer without waiting; returns what
-        waits for their answers."""
+    def send(
+        self, burst: Sequence[tuple[Op, ...]], session: Registry | None = None
+    ) -> Callable[[], list[str]]:
+        """Send ``burst``'s transactions without waiting, from ``session`` (the writer by
+        default); returns what waits for their answers."""
+        sender = session or self.writer
         answers: dict[int, Answer] = {}
         done = threading.Condition()
 
@@ -148,7 +148,7 @@ class Side:
             ]
 
         for n, ops in enumerate(burst):
-            self.writer.send_transaction(ops, lambda a, n=n: answered(n, a))  # type: ignore[misc]
+            sender.send_transaction(ops, lambda a, n=n: answered(n, a))  # type: ignore[misc]
         return answers_told
 
     def end(self, how: str) -> None:
