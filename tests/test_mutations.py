@@ -161,6 +161,47 @@ MUTATIONS = [
             )
         ],
     ),
+    Mutation(
+        "a create fails when a lagging cache still shows a parent gone since",
+        "registry/zookeeper.py",
+        "                with contextlib.suppress(kx.NodeExistsError, kx.NoNodeError):",
+        "                with contextlib.suppress(kx.NodeExistsError):",
+        [
+            named(
+                "test_registry_contract.py",
+                "test_create_makes_the_parents_a_lagging_cache_still_shows[zookeeper]",
+            )
+        ],
+    ),
+    Mutation(
+        "the embedded registry names sequential nodes unlike ZooKeeper",
+        "registry/memoryserver.py",
+        '            path = f"{op.path}{pnode.sequence:010d}"\n'
+        "        if path in self._nodes:\n"
+        "            raise NodeExistsError(path)\n"
+        "        now = int(self.clock() * 1000)\n"
+        "        self._nodes[path] = _Node(\n"
+        "            op.data, self._zxid, self._zxid, now, now, owner=sid if op.ephemeral else 0\n"
+        "        )\n"
+        '        pnode.children.add(path.rsplit("/", 1)[1])\n'
+        "        pnode.sequence += 1  # every child counts",
+        '            path = f"{op.path}{pnode.sequence:010d}"\n'
+        "            pnode.sequence += 1\n"
+        "        if path in self._nodes:\n"
+        "            raise NodeExistsError(path)\n"
+        "        now = int(self.clock() * 1000)\n"
+        "        self._nodes[path] = _Node(\n"
+        "            op.data, self._zxid, self._zxid, now, now, owner=sid if op.ephemeral else 0\n"
+        "        )\n"
+        '        pnode.children.add(path.rsplit("/", 1)[1])\n'
+        "        # every child counts",
+        [
+            named(
+                "test_registry_contract.py",
+                "test_a_sequential_name_counts_every_child_created_before_it[memory]",
+            )
+        ],
+    ),
 ]
 
 

@@ -53,6 +53,50 @@ def test_create_kinds(backend: Backend) -> None:
     assert a is not None and b is not None and b.czxid > a.czxid
 
 
+def test_a_sequential_name_counts_every_child_created_before_it(backend: Backend) -> None:
+    """ZooKeeper's suffix is the parent's count of children created so far (deleted ones
+    too; failed and rolled-back creates not): the embedded registry names them alike."""
+    reg = backend.session()
+    reg.put("/job/latch/a", b"")
+    reg.put("/job/latch/b", b"")
+    reg.delete("/job/latch/a")
+    with pytest.raises(NodeExistsError):
+        reg.create("/job/latch/b")
+    with pytest.raises(TransactionError):
+        reg.transaction([Create("/job/latch/c"), Create("/job/latch/c")])
+    assert reg.create("/job/latch/n-", sequential=True) == "/job/latch/n-0000000002"
+    assert reg.transaction([Create("/job/latch/n-", sequential=True)]) == [
+        "/job/latch/n-0000000003"
+    ]
+
+
+def test_create_makes_the_parents_a_lagging_cache_still_shows(backend: Backend) -> None:
+    """A session's cache may still show a parent that another session just deleted (its
+    event thread is busy with an earlier change): a create makes that parent again."""
+    writer, reader = backend.session(), backend.session()
+    writer.put("/job/leader/sharding/necessary", b"")
+    writer.put("/job/gate", b"")
+    busy, release = threading.Event(), threading.Event()
+
+    def slow(event: NodeEvent) -> None:
+        if event.path == "/job/gate" and event.type is EventType.UPDATED:
+            busy.set()
+            release.wait(10)
+
+    cache = reader.tree_cache("/job", slow)
+    try:
+        writer.put("/job/gate", b"hold")
+        assert busy.wait(10)
+        writer.delete("/job/leader", recursive=True)
+        assert cache.exists("/job/leader")  # the change waits behind the busy listener
+        created = reader.create("/job/leader/election/instance", b"a", ephemeral=True)
+        assert created == "/job/leader/election/instance"
+        assert writer.get(created) == b"a"
+    finally:
+        release.set()
+    wait_until(lambda: cache.get("/job/leader/election/instance") == b"a", what="the cache")
+
+
 def test_delete_recursive_and_missing(backend: Backend) -> None:
     reg = backend.session()
     reg.put("/job/sharding/0/instance", b"i")

@@ -55,7 +55,7 @@ class _Node:
     owner: int = 0
     version: int = 0
     children: set[str] = field(default_factory=set)
-    sequence: int = 0
+    sequence: int = 0  # children created so far: the next sequential node's suffix
 
     def stat(self) -> Stat:
         return Stat(
@@ -141,7 +141,6 @@ class MemoryServer:
         path = op.path
         if op.sequential:
             path = f"{op.path}{pnode.sequence:010d}"
-            pnode.sequence += 1
         if path in self._nodes:
             raise NodeExistsError(path)
         now = int(self.clock() * 1000)
@@ -149,6 +148,7 @@ class MemoryServer:
             op.data, self._zxid, self._zxid, now, now, owner=sid if op.ephemeral else 0
         )
         pnode.children.add(path.rsplit("/", 1)[1])
+        pnode.sequence += 1  # every child counts, as ZooKeeper's suffix (its cversion) does
         self._notify(path, op.data)
         return path
 

@@ -388,7 +388,9 @@ class ZooKeeperRegistry:
             parents = [client.create_async(a) for a in missing]
             created = client.create_async(path, data, ephemeral=ephemeral, sequence=sequential)
             for parent in parents:
-                with contextlib.suppress(kx.NodeExistsError):
+                # No node: a cache showed its parent, gone since. The node's own answer
+                # tells whether to create every ancestor.
+                with contextlib.suppress(kx.NodeExistsError, kx.NoNodeError):
                     parent.get()
             try:
                 return str(created.get())
