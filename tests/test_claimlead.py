@@ -4,85 +4,189 @@ and fires armed already claiming earlier once it grows (FireTimer.relead)."""
 from __future__ import annotations
 
 import random
+import threading
+import time
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any
 
 import pytest
 
+from shardcron.config.job import JobConfig
 from shardcron.coordination.claimlead import ClaimLead
+from shardcron.coordination.claims import stamped
 from shardcron.coordination.misfires import COMPLETION_BEHIND, NOT_STARTED, STILL_RUNNING
 from shardcron.coordination.paths import JobPaths
-from shardcron.registry import SessionState
+from shardcron.registry import Answer, Create, Op, SessionState, SetData
+from shardcron.registry.memory import MemoryRegistry
+from shardcron.scheduler.process import Scheduler
 from shardcron.simulation.cluster import Cluster, JobSpec
 from shardcron.simulation.world import EPOCH
+from tests.helpers import wait_until
 
 
-class Clock:
+class Clocks:
+    """A host's wall and monotonic clocks: they agree until the test steps the wall clock."""
+
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.wall = self.steady = 1_000_000.0
 
-    def __call__(self) -> float:
-        return self.now
+    def now(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.steady
+
+    def passes(self, seconds: float) -> None:
+        self.wall += seconds
+        self.steady += seconds
+
+    def ago(self, seconds: float) -> float:
+        """When a claim answered now was asked, as the fire side reads it of the host."""
+        return self.steady - seconds
 
 
 def test_the_lead_starts_from_an_estimate_per_job_capped_at_four_seconds() -> None:
-    assert ClaimLead(lambda: 0, Clock())() == 0.04
-    assert ClaimLead(lambda: 1000, Clock())() == pytest.approx(0.44)
-    assert ClaimLead(lambda: 10_000, Clock())() == 4.0
-    assert ClaimLead(lambda: 100_000, Clock())() == 4.0
+    assert ClaimLead(lambda: 0, Clocks())() == 0.04
+    assert ClaimLead(lambda: 1000, Clocks())() == pytest.approx(0.44)
+    assert ClaimLead(lambda: 10_000, Clocks())() == 4.0
+    assert ClaimLead(lambda: 100_000, Clocks())() == 4.0
 
 
 def test_a_slow_claim_lengthens_the_lead_with_room_rounded_to_half_seconds() -> None:
-    lead = ClaimLead(lambda: 5000, Clock())  # an estimate of 2.04 s
-    assert lead.took(3.0)  # grew: 3.0 s and a quarter of room, 3.75 s, rounded up
+    clocks = Clocks()
+    lead = ClaimLead(lambda: 5000, clocks)  # an estimate of 2.04 s
+    assert lead.took(clocks.ago(3.0))  # grew: 3.0 s and a quarter of room, 3.75 s, rounded up
     assert lead() == 4.0
-    assert not lead.took(3.0)  # as long again: no change
-    assert not lead.took(1.0)
+    assert not lead.took(clocks.ago(3.0))  # as long again: no change
+    assert not lead.took(clocks.ago(1.0))
     assert lead() == 4.0
 
 
 def test_a_claim_asked_before_the_registry_came_back_teaches_nothing() -> None:
-    clock = Clock()
-    lead = ClaimLead(lambda: 1, clock)
+    clocks = Clocks()
+    lead = ClaimLead(lambda: 1, clocks)
     lead.session(SessionState.SUSPENDED)
-    clock.now += 1.2
-    assert not lead.took(1.1)  # answered before the coordinator heard of the reconnection
-    clock.now += 3.8
+    clocks.passes(1.2)
+    # Answered before the coordinator heard of the reconnection.
+    assert not lead.took(clocks.ago(1.1))
+    clocks.passes(3.8)
     lead.session(SessionState.RECONNECTED)
-    clock.now += 0.1
-    assert not lead.took(1.5)  # asked 1.4 s before the reconnection: the outage's time
+    clocks.passes(0.1)
+    assert not lead.took(clocks.ago(1.5))  # asked 1.4 s before it: the outage was timed
     assert lead() == pytest.approx(0.0404)
-    clock.now += 1
-    assert lead.took(0.2)  # asked after it: learned, with a quarter to spare
+    clocks.passes(1)
+    assert lead.took(clocks.ago(0.2))  # asked after it: learned, with a quarter to spare
     assert lead() == pytest.approx(0.25)
 
 
 def test_fast_claims_leave_the_estimate() -> None:
-    lead = ClaimLead(lambda: 1000, Clock())
-    assert not lead.took(0.1)  # 0.125 s of room is under the 0.44 s estimate
+    clocks = Clocks()
+    lead = ClaimLead(lambda: 1000, clocks)
+    assert not lead.took(clocks.ago(0.1))  # 0.125 s of room is under the 0.44 s estimate
     assert lead() == pytest.approx(0.44)
 
 
 def test_a_small_learned_lead_is_not_rounded_to_half_seconds() -> None:
     """Every-second jobs whose items run 0.6 s must not be claimed 0.5 s ahead because
     one claim took 0.1 s."""
-    lead = ClaimLead(lambda: 1, Clock())
-    assert not lead.took(0.1)  # it grew by less than 0.1 s: not worth a pass over the jobs
+    clocks = Clocks()
+    lead = ClaimLead(lambda: 1, clocks)
+    # It grew by less than 0.1 s: not worth a pass over the jobs.
+    assert not lead.took(clocks.ago(0.1))
     assert lead() == pytest.approx(0.125)
-    assert lead.took(0.2)
+    assert lead.took(clocks.ago(0.2))
     assert lead() == pytest.approx(0.25)
 
 
 def test_a_learned_lead_halves_every_ten_minutes_and_is_capped() -> None:
-    clock = Clock()
-    lead = ClaimLead(lambda: 1000, clock)
-    lead.took(3.2)  # 4.0 s wanted
-    clock.now += 600
-    assert lead() == 2.0
-    clock.now += 6000
+    clocks = Clocks()
+    lead = ClaimLead(lambda: 1000, clocks)
+    lead.took(clocks.ago(3.0))  # 3.75 s wanted: 4.0 s, rounded up
+    assert lead() == 4.0
+    clocks.passes(600)
+    assert lead() == 1.875
+    clocks.passes(6000)
     assert lead() == pytest.approx(0.44)  # decayed under the estimate: the estimate again
-    lead.took(60.0)
+    lead.took(clocks.ago(60.0))
     assert lead() == 10.0
+
+
+def leads_around_claims(back: float, forward: float) -> list[float]:
+    """The lead of a process of 1,000 jobs (an estimate of 0.44 s): after a claim of
+    2.5 s; five minutes after the wall clock stepped ``back``; after a claim of 0.25 s in
+    flight as the wall clock stepped ``forward``; after a claim of 2.5 s in flight as it
+    stepped ``back`` again; ten minutes later."""
+    clocks, leads = Clocks(), []
+    lead = ClaimLead(lambda: 1000, clocks)
+
+    def claim(before: float, after: float, step: float) -> None:
+        asked = clocks.monotonic()  # as the fire side reads it of the host
+        clocks.passes(before)
+        clocks.wall += step
+        clocks.passes(after)
+        lead.took(asked)
+        leads.append(lead())
+
+    claim(1.0, 1.5, 0.0)
+    clocks.wall -= back
+    clocks.passes(300)
+    leads.append(lead())
+    claim(0.125, 0.125, forward)
+    claim(1.0, 1.5, -back)
+    clocks.passes(600)
+    leads.append(lead())
+    return leads
+
+
+def test_a_step_of_the_wall_clock_neither_lengthens_nor_shortens_the_lead() -> None:
+    """Timed on the wall clock, a lead grew 64 times as the clock stepped back an hour
+    (its decay ran backwards), a claim in flight as it stepped forward a minute taught a
+    lead of a minute, and one in flight as it stepped back taught nothing. The lead is
+    what it is with no step."""
+    # 2.5 s and a quarter of room, 3.125 s, rounded up; halved in ten minutes, 2.21 s five
+    # minutes on, rounded up; a claim of 0.25 s teaches nothing; one of 2.5 s, 3.125 s
+    # again; ten minutes on, half that, under 2 s: kept as it is.
+    unstepped = [3.5, 2.5, 2.5, 3.5, 1.5625]
+    assert leads_around_claims(0.0, 0.0) == unstepped
+    for back, forward in [(3600.0, 0.0), (0.0, 60.0), (3600.0, 60.0)]:
+        assert leads_around_claims(back, forward) == unstepped
+
+
+class SlowClaims(MemoryRegistry):
+    """An embedded registry that answers each claim 0.3 s after applying it, as a loaded
+    one would, and notes how long before its fire's second each claim was sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ahead: list[float] = []
+
+    def send_transaction(self, ops: Sequence[Op], answer: Callable[[Answer], None]) -> None:
+        if not any(isinstance(op, Create) and op.path.endswith("/running") for op in ops):
+            super().send_transaction(ops, answer)
+            return
+        second = next(stamped(op.data) for op in ops if isinstance(op, SetData))
+        assert second is not None
+        self.ahead.append(second - time.time())
+        super().send_transaction(ops, lambda got: threading.Timer(0.3, answer, [got]).start())
+
+
+def test_a_worker_whose_claims_are_answered_slowly_claims_that_much_earlier() -> None:
+    """The lead a worker learns is timed on its monotonic clock, from the tick that asked
+    for the claim to the fire staged: the claims of 0.3 s teach it to claim 0.375 s and
+    more ahead (an every-second job's lead stays under half a second)."""
+    registry = SlowClaims()
+    scheduler = Scheduler(registry, instance_id="127.0.0.1@-@4001")
+    config = JobConfig(job_name="slow", cron="* * * * * ?", sharding_total_count=1)
+    scheduler.add_job(config, lambda _ctx: None)
+    scheduler.start()
+    try:
+        wait_until(lambda: len(registry.ahead) >= 6, 20, "six claims")
+    finally:
+        scheduler.stop()
+    assert registry.ahead[0] < 0.2  # the first claim, before any answer: the estimate
+    assert max(registry.ahead[2:]) >= 0.3  # learned (a loaded machine may send some late)
+    assert max(registry.ahead) < 0.5
 
 
 def test_a_fire_armed_before_the_lead_grew_claims_that_much_earlier() -> None:

@@ -43,6 +43,12 @@ class Coordinator:
     def released(self) -> float:
         return time.time()
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def released_monotonic(self) -> float:
+        return time.monotonic()
+
     def coordinate(self, fn: Callable[[], None]) -> None:
         self.queue.append(fn)
 

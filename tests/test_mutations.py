@@ -114,6 +114,18 @@ MUTATIONS = [
         ],
     ),
     Mutation(
+        "case 5c: a step of the wall clock throws the claim lead off",
+        "coordination/claimlead.py",
+        "        self._clock = host.monotonic\n",
+        "        self._clock = host.now\n",
+        [
+            named(
+                "test_claimlead.py",
+                "test_a_step_of_the_wall_clock_neither_lengthens_nor_shortens_the_lead",
+            )
+        ],
+    ),
+    Mutation(
         "case 6: dropping an item beyond the count deletes a claim the cache did not show",
         "coordination/healing.py",
         "        for item in found.items_beyond_count:\n            self._drop_item(item)",

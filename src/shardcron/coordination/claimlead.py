@@ -15,14 +15,17 @@ as fast. So the lead is the larger of two figures:
   jobs of one tick, armed a moment apart while it decays, still share a lead and a group
   commit (below, the fire path's own 25 ms step does).
 
-Only the coordinator thread calls it.
+What it learns is timed, and decays, on the host's monotonic clock: on the wall clock, a
+step back of an hour would multiply the lead by 64 (its decay run backwards), and a step
+forward while a claim is in flight would be learned as a claim that long. Only the
+coordinator thread calls it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Protocol
 
 from shardcron.registry import SessionState
 
@@ -46,31 +49,38 @@ GROWTH_SECONDS = 0.1
 MAX_LEAD_SECONDS = 10.0
 
 
-@dataclass
+class Clocks(Protocol):
+    """What the lead reads of its :class:`~shardcron.coordination.host.Host`."""
+
+    def monotonic(self) -> float: ...
+
+
 class ClaimLead:
-    jobs: Callable[[], int]  # the process's jobs
-    clock: Callable[[], float]
-    _learned: float = 0.0
-    _learned_at: float = 0.0
-    _connected_at: float = 0.0
+    def __init__(self, jobs: Callable[[], int], host: Clocks) -> None:
+        self.jobs = jobs  # the process's jobs
+        self._clock = host.monotonic
+        self._learned = 0.0
+        self._learned_at = 0.0
+        self._connected_at = 0.0
 
     def __call__(self) -> float:
         estimate = min(MAX_ESTIMATE_SECONDS, LEAD_SECONDS + PER_JOB_SECONDS * self.jobs())
-        learned = self._decayed(self.clock())
+        learned = self._decayed(self._clock())
         if learned <= estimate:
             return estimate
         if learned <= SMALL_SECONDS:
             return learned
         return min(MAX_LEAD_SECONDS, math.ceil(learned / STEP_SECONDS) * STEP_SECONDS)
 
-    def took(self, seconds: float) -> bool:
-        """A fire was ready ``seconds`` after its claim was asked for; True if the lead
-        grew by :data:`GROWTH_SECONDS` or more (the fires armed already should claim
-        earlier: a pass over every job, not worth a few milliseconds)."""
-        now = self.clock()
-        if now - seconds < self._connected_at:
+    def took(self, asked: float) -> bool:
+        """A fire is ready, its claim asked for at ``asked`` (on the host's monotonic
+        clock); True if the lead grew by :data:`GROWTH_SECONDS` or more (the fires armed
+        already should claim earlier: a pass over every job, not worth a few
+        milliseconds)."""
+        now = self._clock()
+        if asked < self._connected_at:
             return False  # asked before the registry came back: it timed the outage
-        wanted = seconds * MARGIN
+        wanted = (now - asked) * MARGIN
         if wanted <= self._decayed(now):
             return False
         before = self()
@@ -84,7 +94,7 @@ class ClaimLead:
             # Claims asked before now waited for the connection, and teach nothing:
             # learned, an outage of a second would have every-second jobs claim half a
             # second ahead for many minutes.
-            self._connected_at = self.clock()
+            self._connected_at = self._clock()
         elif state in (SessionState.SUSPENDED, SessionState.EXPIRED):
             # Until it is back, answers come from requests that waited for it (an answer
             # may reach the coordinator before the reconnection does).

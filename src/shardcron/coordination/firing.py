@@ -67,7 +67,8 @@ class FiringJob(MisfiredJob, TimedJob, deregistration.Departing, Protocol):
 
     @property
     def claim_took(self) -> Callable[[float], None]:
-        """Told how long after its claim was asked a fire was ready."""
+        """Told, once a fire is ready, when its claim was asked (on the host's monotonic
+        clock)."""
         ...
 
 
@@ -322,7 +323,9 @@ class Firing:
         fire = Fire(items, request.result, source, session, when, next_claim)
         self.hold(fire)
         self._claiming.append(fire)
-        asked = self.rt.host.released()  # a herd's claims are asked for in one timer tick
+        # A herd's claims are asked for in one timer tick. How long they took is measured on
+        # the monotonic clock: a wall clock stepped meanwhile would teach a wrong lead.
+        asked = self.rt.host.released_monotonic()
         then = functools.partial(self._claim_answered, fire, asked)
         self.rt.commits.submit(request, then)
 
@@ -337,7 +340,7 @@ class Firing:
         self.rt.guarded(lambda: self._on_claim(fire, error), "claim")
         # How long it took tells the next lead, claimed ahead or not: a herd's first fire,
         # claimed once its layouts are written, teaches the next one.
-        self.rt.claim_took(self.rt.host.now() - asked)
+        self.rt.claim_took(asked)
 
     def _on_claim(self, fire: Fire, error: RegistryError | None) -> None:
         """The claim's answer: ``fire.claim`` is the request's result, applied."""

@@ -25,6 +25,15 @@ class Host(Protocol):
         or a clock jump, not the time the callback queued behind other work of its tick."""
         ...
 
+    def monotonic(self) -> float:
+        """Seconds on a clock no step of the wall clock moves (virtual in the simulation):
+        for how long something took, never for a fire's second."""
+        ...
+
+    def released_monotonic(self) -> float:
+        """:meth:`released` on the :meth:`monotonic` clock."""
+        ...
+
     def coordinate(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the coordinator thread, after what is queued there."""
         ...

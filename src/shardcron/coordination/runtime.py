@@ -85,7 +85,7 @@ class JobRuntime:
         *,
         workers: int,
         lead: Callable[[], float] = lambda: 0.0,
-        claim_took: Callable[[float], None] = lambda _seconds: None,
+        claim_took: Callable[[float], None] = lambda _asked: None,
         heal_every: Callable[[], float] = lambda: healing.HEAL_SECONDS,
         on_detach: Callable[[JobRuntime], None] = lambda _rt: None,
         observers: list[Observer] | None = None,
@@ -103,7 +103,7 @@ class JobRuntime:
         self.host = host
         self.workers = workers
         self.lead = lead  # how long before a fire its items are claimed
-        self.claim_took = claim_took  # a fire was ready so long after its claim was asked
+        self.claim_took = claim_took  # a fire is ready: when its claim was asked (monotonic)
         self.heal_every = heal_every  # seconds between two heal ticks
         # Shared by the process's jobs, so those due in one tick claim in one multi-op.
         self.commits = commits or GroupCommit(registry, host)

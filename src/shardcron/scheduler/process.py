@@ -137,7 +137,7 @@ class Scheduler:
         self._commits = GroupCommit(self.registry, self)
         self._departures = deregistration.Departures(self.registry, self)
         # Shared by the process's jobs, as their claims are: see claimlead.
-        self._lead = ClaimLead(lambda: len(self.runtimes), time.time)
+        self._lead = ClaimLead(lambda: len(self.runtimes), self)
         self._relead_due = False
         self._missed = MissedFires()
         self._repeated = RepeatedLines()
@@ -407,6 +407,12 @@ class Scheduler:
     def released(self) -> float:
         return self._timers.released()
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def released_monotonic(self) -> float:
+        return self._timers.released_monotonic()
+
     @property
     def chains_items(self) -> bool:
         return True
@@ -440,10 +446,10 @@ class Scheduler:
     def call_at(self, when: float, fn: Callable[[], None]) -> None:
         self._timers.push(when, fn)
 
-    def _claim_took(self, seconds: float) -> None:
+    def _claim_took(self, asked: float) -> None:
         """A grown lead applies to the fires armed already, once the claims answered in
         the same batch are through (one pass over the jobs, not one per answer)."""
-        if self._lead.took(seconds) and not self._relead_due:
+        if self._lead.took(asked) and not self._relead_due:
             self._relead_due = True
             self.coordinate(self._relead)
 

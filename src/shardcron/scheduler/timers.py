@@ -50,7 +50,7 @@ class Timers:
         self._heap: list[tuple[float, int, Callable[[], None], bool, bool]] = []
         self._offset = time.time() - time.monotonic()
         self._seq = itertools.count()
-        self._released: float | None = None  # see released()
+        self._released: tuple[float, float] | None = None  # see released(): wall, monotonic
         self._closed = False
 
     def start(self) -> None:
@@ -82,16 +82,21 @@ class Timers:
     def released(self) -> float:
         """When the timer released the callbacks the coordinator is running now (their
         tick), or now outside them: a herd's jobs all see the same tick."""
-        return self._released if self._released is not None else time.time()
+        return self._released[0] if self._released is not None else time.time()
+
+    def released_monotonic(self) -> float:
+        """:meth:`released` on the monotonic clock: how long a herd's claims took is
+        measured from it, whatever the wall clock does meanwhile."""
+        return self._released[1] if self._released is not None else time.monotonic()
 
     def _loop(self) -> None:
         with self.lock:
             while not self._closed:
-                self._follow_the_wall_clock()
+                now, monotonic = time.time(), time.monotonic()
+                self._follow_the_wall_clock(now - monotonic)
                 if not self._heap:
                     self.lock.wait(CLOCK_CHECK_SECONDS)
                     continue
-                now = time.time()
                 delay = self._heap[0][0] - now
                 if delay > 0:
                     self.lock.wait(min(delay, CLOCK_CHECK_SECONDS))
@@ -107,11 +112,12 @@ class Timers:
                     else:
                         due.append(fn)
                 if due:
-                    self._coordinate(lambda due=due, at=now: self._run(due, at))  # type: ignore[misc]
+                    at = (now, monotonic)
+                    self._coordinate(lambda due=due, at=at: self._run(due, at))  # type: ignore[misc]
 
-    def _follow_the_wall_clock(self) -> None:
-        """Under the lock: move the delays by a step of the wall clock since last time."""
-        offset = time.time() - time.monotonic()
+    def _follow_the_wall_clock(self, offset: float) -> None:
+        """Under the lock: move the delays by a step of the wall clock since last time
+        (``offset``: the wall clock less the monotonic one, now)."""
         step, self._offset = offset - self._offset, offset
         if abs(step) < STEP_SECONDS:
             return
@@ -130,7 +136,7 @@ class Timers:
         heapq.heapify(self._heap)
         self._coordinate(self._stepped)
 
-    def _run(self, fns: list[Callable[[], None]], released: float) -> None:
+    def _run(self, fns: list[Callable[[], None]], released: tuple[float, float]) -> None:
         self._released = released
         try:
             for fn in fns:

@@ -127,7 +127,7 @@ class Cluster:
         member.registry.start()
         commits = GroupCommit(member.registry, host)
         departures = member.departures = Departures(member.registry, host)
-        lead = member.lead = ClaimLead(lambda: len(self.jobs), lambda: self.world.now)
+        lead = member.lead = ClaimLead(lambda: len(self.jobs), host)
         for job in self.jobs:
             observers: list[Observer] = [self.ledger.observe]
             lanes = lanes_for(
@@ -147,7 +147,7 @@ class Cluster:
                 host,
                 workers=2,
                 lead=lead,
-                claim_took=lambda seconds, m=member: self._claim_took(m, seconds),  # type: ignore[misc]
+                claim_took=lambda asked, m=member: self._claim_took(m, asked),  # type: ignore[misc]
                 on_detach=lambda rt, m=member: m.runtimes.pop(rt.name, None),  # type: ignore[misc]
                 observers=observers,
                 commits=commits,
@@ -157,8 +157,8 @@ class Cluster:
             runtime.start()
         self.ledger.note(f"{member.name} started")
 
-    def _claim_took(self, member: Member, seconds: float) -> None:
-        if member.lead is not None and member.lead.took(seconds):
+    def _claim_took(self, member: Member, asked: float) -> None:
+        if member.lead is not None and member.lead.took(asked):
             for runtime in list(member.runtimes.values()):  # as a Scheduler moves them
                 runtime.guarded(runtime.firing.timer.relead, "claim lead")
 

@@ -91,6 +91,12 @@ class SimHost:
     def released(self) -> float:
         return self.world.now  # the virtual clock runs each callback at its moment
 
+    def monotonic(self) -> float:
+        return self.world.now
+
+    def released_monotonic(self) -> float:
+        return self.world.now
+
     @property
     def chains_items(self) -> bool:
         return False  # one item per step: each item gets its own drawn duration
