@@ -49,7 +49,8 @@ def test_ten_thousand_seeds_keep_every_invariant(capsys: pytest.CaptureFixture[s
     assert sum(report.faults.values()) > SEEDS // 2
     # Every kind of fault, operator action and simulated-only limit was drawn and had
     # item-fires to check near it.
-    assert {"crash", "pause", "stall", "registry-restart", "count"} <= set(report.near)
+    kinds = {"crash", "pause", "stall", "registry-restart", "count"}
+    assert kinds | {"clock-step-back", "clock-step-forward"} <= set(report.near)
     assert not report.violations, "\n".join(report.failures())
 
 

@@ -3,7 +3,8 @@
 A seed draws everything from ``random.Random(seed)``: 3 to 5 instances, one job (two in
 a quarter of the seeds) of 2 to 6 items firing every 1 or 2 seconds, failover and
 misfire on or off, a session timeout of 2 or 2.5 seconds. After a 1.5 s warm-up, a
-chaos window of 3 to 5 virtual seconds holds up to 6 disturbances; then the cluster runs
+chaos window of 3 to 5 virtual seconds holds up to 6 disturbances (and, in a quarter of
+the seeds, a step of one instance's wall clock: :func:`plan_clock_step`); then the cluster runs
 calm (short items, no faults) until a fire or two past the quiet time (see
 :mod:`shardcron.simulation.checks`), and the checks run. Seeds are kept this small
 because CI explores 10,000 of them in 4 minutes on 2 cores.
