@@ -162,6 +162,32 @@ MUTATIONS = [
         ["--seed", "5294"],  # found by the CI seed budget (I3: the job stops firing)
     ),
     Mutation(
+        "a claim after a step back of the clock stamps its item back",
+        "coordination/firing.py",
+        "        self._stamped = max(self._stamped, at)\n        return self._stamped",
+        "        return at",
+        [
+            named(
+                "test_simulation.py",
+                "test_fires_run_before_a_step_back_are_not_recorded_later_as_run_by_nobody",
+            )
+        ],
+    ),
+    Mutation(
+        "a leader whose clock is behind stamps a repaired item back",
+        "coordination/healing.py",
+        "        since = max(now, claims.stamped(item_node[0]) or now)",
+        "        since = now",
+        ["--seed", "1438"],  # found by the seeds with clock steps (I2: a false record)
+    ),
+    Mutation(
+        "a failover claim on a clock behind stamps its item back",
+        "coordination/failover.py",
+        "        since = max(now, claims.stamped(self.rt.registry.get(paths.item(item))) or now)",
+        "        since = now",
+        ["--seed", "1970"],  # found by the seeds with clock steps (I2: a false record)
+    ),
+    Mutation(
         "a BaseException from job code escapes its lane",
         "execution/lanes.py",
         "        except BaseException as exc:  # noqa: BLE001",

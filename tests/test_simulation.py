@@ -8,11 +8,13 @@ behave as the invariants assume (deterministic, faults land where they are aimed
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
 from shardcron.coordination.events import ItemsSkipped
 from shardcron.coordination.inherited import DEAD_OWNER
+from shardcron.coordination.misfires import MISSED
 from shardcron.coordination.paths import JobPaths
 from shardcron.errors import ConnectionLostError
 from shardcron.model import ExecutionSource
@@ -25,7 +27,7 @@ from shardcron.simulation.explore import by_fault, explore, summary
 from shardcron.simulation.faults import Fault, FaultyRegistry, Kind, Timing, kind_of
 from shardcron.simulation.ledger import Ledger
 from shardcron.simulation.scenario import run_seed
-from shardcron.simulation.world import EPOCH, SessionEvents, World
+from shardcron.simulation.world import EPOCH, Node, SessionEvents, SimHost, World
 from tests.conftest import FIGURES
 
 SEEDS = 10_000
@@ -47,7 +49,8 @@ def test_ten_thousand_seeds_keep_every_invariant(capsys: pytest.CaptureFixture[s
     assert sum(report.faults.values()) > SEEDS // 2
     # Every kind of fault, operator action and simulated-only limit was drawn and had
     # item-fires to check near it.
-    assert {"crash", "pause", "stall", "registry-restart", "count"} <= set(report.near)
+    kinds = {"crash", "pause", "stall", "registry-restart", "count"}
+    assert kinds | {"clock-step-back", "clock-step-forward"} <= set(report.near)
     assert not report.violations, "\n".join(report.failures())
 
 
@@ -404,3 +407,111 @@ def test_fires_of_a_killed_owner_before_its_session_ends_are_recorded_by_the_new
         # Each fire after the takeover ran once, for its own second.
         fires = sorted(r.fire - EPOCH for r in ran if r.fire and r.source is NORMAL)
         assert fires == sorted(set(fires)) and fires[-3:] == [7.0, 8.0, 9.0]
+
+
+# -- wall-clock steps ---------------------------------------------------------------------
+
+
+def test_a_simulated_step_moves_wall_clock_callbacks_and_leaves_delays_alone() -> None:
+    """As the production timer (tests/test_timers.py): delays keep their length; what is
+    due at a wall-clock time waits for it after a step back, and after a step forward is
+    released once the timer notices the step."""
+    world = World()
+    host = SimHost(world, Node("a"))
+    ran: list[tuple[str, float, float]] = []
+
+    def note(what: str) -> Callable[[], None]:
+        return lambda: ran.append((what, world.now - EPOCH, host.released() - EPOCH))
+
+    host.call_later(1.0, note("delay"))
+    host.call_at(EPOCH + 1.0, note("second"))
+    host.step(-2.0, noticed=0.5)
+    world.run_until(EPOCH + 5)
+    assert ran == [("delay", 1.0, -1.0), ("second", 3.0, 1.0)]
+    ran.clear()
+    host.call_at(EPOCH + 6.0, note("due"))  # world 8 on the clock as it is
+    host.call_at(EPOCH + 13.0, note("later"))  # world 15
+    host.call_later(4.0, note("delay"))
+    host.step(4.0, noticed=0.5)  # at world 5 the clock reads 7: "due" is past
+    world.run_until(EPOCH + 20)
+    assert ran == [("due", 5.5, 7.5), ("delay", 9.0, 11.0), ("later", 11.0, 13.0)]
+
+
+def _stepped(amount: float, until: float = 12.5) -> tuple[Cluster, str, list[int]]:
+    """Three instances of a job firing every second, misfire on; at 3.5 s the wall clock
+    of one that owns items steps by ``amount``, noticed 0.3 s later; run to ``until``."""
+    jobs = [JobSpec("job0", items=4, period=1, failover=False, misfire=True)]
+    cluster = Cluster(jobs, instances=3, session_timeout=2.0, rng=random.Random(5))
+    cluster.calm = True  # short items: nothing is skipped for being busy
+    for member in cluster.members:
+        cluster.world.at(EPOCH + 0.3, lambda m=member: cluster.start(m))  # type: ignore[misc]
+    cluster.world.run_until(EPOCH + 3.5)
+    paths = JobPaths("job0")
+    member = cluster.members[1]
+    items = [i for i in range(4) if cluster.peek(paths.item_instance(i)) == member.name.encode()]
+    assert items, "the stepped instance owns items"
+    cluster.step_clock(member, amount, noticed=0.3)
+    cluster.world.run_until(EPOCH + until)
+    return cluster, member.name, items
+
+
+def _fires(ledger: Ledger, instance: str, item: int, source: ExecutionSource) -> list[float]:
+    return [
+        r.fire - EPOCH
+        for r in ledger.runs
+        if r.instance == instance and r.item == item and r.source is source and r.fire
+    ]
+
+
+def test_after_a_step_back_fires_wait_for_their_second_and_none_runs_twice() -> None:
+    cluster, name, items = _stepped(-2.5)
+    ledger = cluster.ledger
+    for item in items:
+        # Fires 1 to 3 before the step; then the clock reads 1.0 again, and fire 4 comes
+        # when it reads 4.0: 2.5 s later in the world's time. No second runs twice.
+        assert _fires(ledger, name, item, NORMAL) == [float(n) for n in range(1, 11)]
+        for run in ledger.runs:
+            if run.instance == name and run.item == item and run.start > EPOCH + 3.5:
+                assert run.wall == run.fire and run.start == pytest.approx(run.wall + 2.5)
+    assert not [s for s in ledger.skips if set(s.items) & set(items)]  # nothing lost
+    assert checks.check_overlaps(ledger) == []
+
+
+def test_after_a_step_forward_the_fires_skipped_are_recorded_and_run_once_as_a_misfire() -> None:
+    cluster, name, items = _stepped(2.5)
+    ledger = cluster.ledger
+    for item in items:
+        # At 3.5 the clock reads 6.0; the timer notices at 3.8 (6.3): fires 4 and 5 are
+        # more than a second late, recorded skipped; fire 6, 0.3 s late, runs.
+        skipped = sorted(
+            s.fire - EPOCH for s in ledger.skips if item in s.items and s.instance == name
+        )
+        assert skipped == [4.0, 5.0]
+        assert all(s.reason == MISSED for s in ledger.skips if item in s.items)
+        fires = _fires(ledger, name, item, NORMAL)
+        assert fires == [1.0, 2.0, 3.0, *(float(n) for n in range(6, 16))]
+        # One misfire run stands for both, right after fire 6, before fire 7.
+        reruns = [r for r in ledger.runs if r.item == item and r.source is ExecutionSource.MISFIRE]
+        assert len(reruns) == 1 and EPOCH + 3.8 <= reruns[0].start < EPOCH + 4.5
+
+
+def test_fires_run_before_a_step_back_are_not_recorded_later_as_run_by_nobody() -> None:
+    """A clock stepped forward runs fires early; put back, it claims (here a trigger) at
+    seconds before them. The claim must not stamp its item back: the instance that takes
+    the item over after a crash would record the fires run early as fires nobody ran."""
+    cluster, name, items = _stepped(2.5, until=5.7)  # ran fires 6 to 8 by then
+    member = next(m for m in cluster.members if m.name == name)
+    cluster.step_clock(member, -2.5, noticed=0.3)  # its clock reads 5.7 again
+    cluster.world.run_until(EPOCH + 5.8)
+    cluster.trigger("job0")
+    cluster.world.run_until(EPOCH + 6.2)
+    cluster.crash(member)
+    cluster.world.run_until(EPOCH + 12.5)
+    ledger = cluster.ledger
+    for item in items:
+        assert _fires(ledger, name, item, NORMAL)[-4:] == pytest.approx([6.0, 7.0, 8.0, 5.8])
+        # The new owner takes over from fire 9 and records no fire as run by nobody.
+        named = [s.fire - EPOCH for s in ledger.skips if item in s.items and s.reason == DEAD_OWNER]
+        assert named == []
+        after = [r.fire for r in ledger.runs if r.item == item and r.instance != name]
+        assert after[0] == EPOCH + 9.0

@@ -185,6 +185,12 @@ class Claims:
 
     def _claim(self, item: int) -> None:
         paths, instance = self.rt.paths, self.rt.instance
+        # The repair that queued it recorded the fires up to its stamp (see healing): the
+        # fires after it are the next owner's to account for. A claim stamped with a clock
+        # behind that stamp (stepped back, say) would move it back, and the next owner
+        # would record fires that ran as fires nobody ran. The cache holds no stamps.
+        now = self.rt.host.now()
+        since = max(now, claims.stamped(self.rt.registry.get(paths.item(item))) or now)
         claim = claims.Claim(items=[item])
         fire = Fire([item], claim, ExecutionSource.FAILOVER, self.rt.registry.session_id)
         self.firing.hold(fire)
@@ -194,9 +200,7 @@ class Claims:
             paths,
             [item],
             instance,
-            # The repair that queued it recorded the fires before (see healing): the fires
-            # from now on are the next owner's to account for.
-            when=claims.stamp(self.rt.host.now()),
+            when=claims.stamp(since),
             extra=claim_ops(paths, item, instance),
             trust_cache=False,
         )

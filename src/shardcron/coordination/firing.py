@@ -85,6 +85,7 @@ class Firing:
         self._unfinished: list[Fire] = []  # completions whose answer was lost
         self._claiming: list[Fire] = []  # claims sent with the tick's group commit
         self._completing: list[Fire] = []  # completions sent likewise
+        self._stamped = 0.0  # the latest fire second a claim here stamped (see _stamp)
         self.layout = LayoutWait(rt, self)
         self.clock = ClockCheck(rt.name, rt.registry, rt.paths.system_time, rt.host.now)
         self.misfires = Misfires(rt, self)
@@ -332,8 +333,12 @@ class Firing:
     def _stamp(self, source: ExecutionSource, when: float) -> float:
         """The second a claim writes on its item nodes (see :mod:`.inherited`): its fire's.
         A catch-up's stands for every fire up to now: the second of the fire it catches up
-        may be older than one run since."""
-        return when if source is ExecutionSource.NORMAL_TRIGGER else max(when, self.rt.host.now())
+        may be older than one run since. Never older than a stamp written here before:
+        after a step back of the wall clock, now is older than fires run before the step,
+        and the owner after this one would record those as fires nobody ran."""
+        at = when if source is ExecutionSource.NORMAL_TRIGGER else max(when, self.rt.host.now())
+        self._stamped = max(self._stamped, at)
+        return self._stamped
 
     def _claim_answered(self, fire: Fire, asked: float, error: RegistryError | None) -> None:
         self._claiming.remove(fire)

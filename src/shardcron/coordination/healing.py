@@ -310,11 +310,14 @@ class Healer:
             if leases[holder]:
                 return True
         now = rt.host.now()
+        # The fires since the dead claim are recorded below: the next owner's from now, or
+        # from the dead claim's fire if this clock is behind it (stepped back, say): the
+        # next owner would record the fires up to it as fires nobody ran.
+        since = max(now, claims.stamped(item_node[0]) or now)
         claim: list[Op] = [
             Check(paths.item(item), item_node[1].version),
             Delete(paths.running(item)),
-            # The fires since the dead claim are recorded below: the next owner's from now.
-            SetData(paths.item(item), claims.stamp(now)),
+            SetData(paths.item(item), claims.stamp(since)),
         ]
         if rt.config.failover:
             log.warning("job %s: item %d lost its holder %s; failing over", rt.name, item, holder)

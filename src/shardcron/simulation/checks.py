@@ -9,7 +9,7 @@ Terms:
   connected, its ``instances/{id}`` node exists and its ``servers/{ip}`` is ENABLED. The
   world samples this at every fire time (``Probe``).
 * A **disturbance** is any injected fault (lost request, outage, expiry, cache lag, slow
-  answers, crash, stall) or operator action, and the moments their effects end (a
+  answers, crash, stall, a step of an instance's wall clock) or operator action, and the moments their effects end (a
   reconnect, a resume, the end of a lag, a clean exit after a graceful stop). Its
   **shadow** is ``[d - period, d + session timeout + 2 periods]``: the time a fault may
   take to be seen (a session ends only after the timeout), repaired by the sweep (every
@@ -33,6 +33,10 @@ it" record (:mod:`shardcron.coordination.inherited`) made after the run started.
 enabled instance exists, it ran once or was recorded skipped. Inside a shadow an
 item-fire with neither, or run twice, is counted (*unaccounted*, *ran twice*), not a
 violation: that is not promised yet (the guarantees page says so, with the counts).
+The same holds while a step has left an instance's wall clock off the others' (until a
+step puts it back, see ``ledger.Skew``) for a fire run on two instances or on none, counted
+near that step's kind, and a "nobody ran it" record beside a run is let pass if a fire of
+an earlier second was claimed after that run (see ``_judge``).
 With misfire on, every skipped item runs again after its skip, unless a lower count
 dropped it or no live enabled instance is left at the end; outside every shadow, within
 one period and a half after the fire that kept it busy ended.
@@ -40,7 +44,9 @@ one period and a half after the fire that kept it busy ended.
 I3 (from the *quiet time*: the last disturbance, or the end of the last long item if
 later, + session timeout + 2 periods; to the end): every item-fire starts a run in ``[t - 0.1, t +
 period)`` whenever a live enabled instance exists; skips do not count. A job that stops firing
-fails this.
+fails this. The window is read on the wall clock of the instance that runs the item
+(``Run.wall``): one whose clock a step left off the world's fires its seconds when its
+own clock reads them. Everything else is on the world's time.
 
 I4 (at the end, just after a fire, when no item should still run, for every job that
 still has a live enabled instance to repair it): no ``running`` without an open run of
@@ -142,8 +148,13 @@ def check(
     shadows = sorted(ledger.disturbances)
     marks = sorted(ledger.marks)
     starts: dict[tuple[str, int], list[float]] = {}
+    walls: dict[tuple[str, int], list[float]] = {}  # on the runners' clocks, for I3
+    normal: dict[tuple[str, int], list[Run]] = {}  # for _stamped_back
     for run in ledger.runs:  # appended in start order
         starts.setdefault((run.job, run.item), []).append(run.start)
+        bisect.insort(walls.setdefault((run.job, run.item), []), run.wall)
+        if run.source is ExecutionSource.NORMAL_TRIGGER and run.fire is not None:
+            normal.setdefault((run.job, run.item), []).append(run)
     for track in tracks:
         period = track.period
         for probe in track.probes:
@@ -153,12 +164,15 @@ def check(
             lo = bisect.bisect_left(marks, (t - session_timeout - 2 * period, ""))
             hi = bisect.bisect_right(marks, (t + period, "~"))
             kinds = {kind for _, kind in marks[lo:hi]} or {"none"}
+            apart = {s.kind for s in ledger.skews if s.start <= t <= s.end}  # see _judge
+            if apart:
+                kinds = (kinds - {"none"}) | apart
             for item in range(probe.total):
                 if t >= quiet:
                     if not probe.available:
                         continue
                     verdict.item_fires += 1
-                    if not _started_in(starts.get((track.job, item), []), t - EARLY, t + period):
+                    if not _started_in(walls.get((track.job, item), []), t - EARLY, t + period):
                         verdict.violations.append(
                             f"I3 {track.job}#{item}: fire at {t:.2f} (after quiet time "
                             f"{quiet:.2f}) did not run"
@@ -170,6 +184,9 @@ def check(
                     _tally(verdict, kinds, found)
                 n = bisect.bisect_left(shadows, t - session_timeout - 2 * period)
                 shadowed = n < len(shadows) and shadows[n] <= t + period
+                # Not promised either while a clock is apart (see _judge): a fire run on two
+                # instances, or on none without a record.
+                shadowed |= bool(apart) and len({o.instance for o in found}) != 1
                 runs = sum(1 for o in found if isinstance(o, Run))
                 if shadowed and (runs > 1 or (not found and probe.available)):
                     # Not promised yet (see the docstring): counted, not failed.
@@ -181,7 +198,8 @@ def check(
                     for kind in kinds:
                         verdict.near[kind][what] += 1
                     continue
-                verdict.violations += _judge(track.job, item, t, found)
+                back = bool(apart) and _stamped_back(normal.get((track.job, item), []), found)
+                verdict.violations += _judge(track.job, item, t, found, back)
                 if not found and probe.available:
                     verdict.violations.append(
                         f"I2 {track.job}#{item}: fire at {t:.2f} neither ran nor was recorded skipped"
@@ -208,9 +226,34 @@ def _started_in(starts: list[float], lo: float, hi: float) -> bool:
     return n < len(starts) and starts[n] < hi
 
 
-def _judge(job: str, item: int, t: float, found: list[Run | Skip]) -> list[str]:
+def _stamped_back(runs: list[Run], found: list[Run | Skip]) -> bool:
+    """Whether another instance's claim may have stamped the item back to before the run
+    in ``found`` (clocks apart, see :func:`_judge`): the run came early, on a clock ahead
+    of the world's, or a fire of an earlier second started after it (``runs``: the item's
+    fires, in start order)."""
+    ran = next((o for o in found if isinstance(o, Run)), None)
+    if ran is None or ran.fire is None:
+        return False
+    if ran.wall > ran.start:
+        return True
+    return any(r.start > ran.start and r.fire is not None and r.fire < ran.fire for r in runs)
+
+
+def _judge(
+    job: str, item: int, t: float, found: list[Run | Skip], stamped_back: bool = False
+) -> list[str]:
     """I2 for one item-fire's outcomes: at most one run, and no skip recorded beside it but
-    by an instance that did not know yet that the item had moved."""
+    by an instance that did not know yet that the item had moved.
+
+    While a step has left an instance's wall clock off the others' (not put back yet),
+    they reach a fire's second at different moments, so an item that moves between them
+    may run a fire on both, or on neither without a record (counted by the caller, not
+    failed). And a fire of an earlier second claimed after the item ran a later one (a
+    clock behind, or the others behind one ahead) stamps the item back: the instance
+    that takes it over next records what ran since as run by nobody. ``stamped_back``
+    (see :func:`_stamped_back`) lets such a "nobody ran it" record pass. None of this is
+    promised (see the guarantees); each instance on its own still runs a fire once,
+    however its clock steps, and repairs and failovers never stamp an item back."""
     runs = [o for o in found if isinstance(o, Run)]
     skips = [o for o in found if isinstance(o, Skip)]
     where = f"I2 {job}#{item}: fire at {t:.2f}"
@@ -220,6 +263,8 @@ def _judge(job: str, item: int, t: float, found: list[Run | Skip]) -> list[str]:
     # own while its new owner runs it: the record is wrong, nothing is lost or doubled.
     # A "nobody ran it" record is wrong if the run came first; a late run after it (a
     # fire that waited out a lost connection) leaves it true when it was made.
+    if stamped_back:
+        skips = [s for s in skips if s.reason != DEAD_OWNER]
     wrong = (
         [
             s

@@ -34,6 +34,7 @@ from shardcron.simulation.world import Node, Phase, SessionEvents, SimHost, Worl
 
 NAMESPACE = "sim"
 GRACE_SECONDS = 1.0  # graceful stop: how long "shardcron run" waits before exiting
+AFTER_FIRE = 0.7  # the end of a seed: this long after a fire of every job (world's clock)
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,7 @@ class Cluster:
                 ctx.fencing_token,
                 ctx.source,
                 ctx.scheduled_fire_time,
+                wall=member.host.now(),
             )
 
             def end() -> None:
@@ -233,11 +235,15 @@ class Cluster:
 
     def claimed_ahead(self, job: str, holder: str, item: int) -> bool:
         """Whether ``holder`` claimed ``item`` of ``job`` for a fire whose second is still to
-        come (a claim lead learned from slow answers reaches half a period)."""
+        come on its clock (a claim lead learned from slow answers reaches half a period).
+        The checks run :data:`AFTER_FIRE` after a fire of every job on the world's clock;
+        on the clock of a holder that a step left off it, a fire may be that recent, its
+        completion still on its way: it stands for that fire too."""
         member = next((m for m in self.members if m.name == holder), None)
-        runtime = None if member is None else member.runtimes.get(job)
-        fires = [] if runtime is None else runtime.firing._fires
-        return any(item in f.claim.versions and f.when > self.world.now for f in fires)
+        if member is None or (runtime := member.runtimes.get(job)) is None:
+            return False
+        since = member.host.now() - (AFTER_FIRE if member.host.offset else 0.0)
+        return any(item in f.claim.versions and f.when > since for f in runtime.firing._fires)
 
     def leader(self, job: str) -> Member | None:
         value = self.peek(JobPaths(job).election_instance)
@@ -332,6 +338,17 @@ class Cluster:
             self.ledger.disturbances.append(self.world.now)
 
         self.world.at(self.world.now + length, back)
+
+    def step_clock(self, member: Member, amount: float, noticed: float) -> None:
+        """The member's wall clock steps by ``amount`` (an NTP step, a VM resumed); its
+        timer notices a step forward ``noticed`` later (see ``SimHost.step``)."""
+        if member.node.phase is Phase.DEAD or amount == 0:
+            return
+        kind = "clock-step-back" if amount < 0 else "clock-step-forward"
+        self.ledger.fault(kind, f"{member.name} by {amount:+.2f}s")
+        before = member.host.offset
+        member.host.step(amount, noticed)
+        self.ledger.clock_stepped(member.name, kind, before, member.host.offset)
 
     def crash(self, member: Member, why: str = "SIGKILL") -> None:
         """The process dies: its queue is dropped, its items end now, its session

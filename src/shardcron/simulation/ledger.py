@@ -8,6 +8,7 @@ decided when the older run ends (see :mod:`shardcron.simulation.checks`, I1).
 
 from __future__ import annotations
 
+import math
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ class Run:
     token: int
     source: ExecutionSource
     fire: float | None  # ctx.scheduled_fire_time: the fire second the run is for
+    wall: float  # when it started on its instance's wall clock (``start``: the world's)
     end: float | None = None
     current: bool = True  # ctx.claim_is_current() when the run ended
     # The session that made the claim ended while the item ran, or before it started while
@@ -47,6 +49,19 @@ class Skip:
     source: ExecutionSource
 
 
+@dataclass(slots=True)
+class Skew:
+    """The fire seconds that steps of ``instance``'s wall clock may reach while they leave
+    it off the world's, from ``start`` to ``end`` (never put back: no end). A clock
+    behind reaches back that far, its claims stamping seconds the others ran already; a
+    clock ahead reaches that far beyond, with the fires it ran early."""
+
+    instance: str
+    kind: str  # the fault kind of the step that put it off
+    start: float
+    end: float = math.inf
+
+
 @dataclass
 class Ledger:
     world: World
@@ -60,6 +75,7 @@ class Ledger:
     disturbances: list[float] = field(default_factory=list)
     marks: list[tuple[float, str]] = field(default_factory=list)  # (when, fault or action kind)
     timeline: list[tuple[float, str]] = field(default_factory=list)
+    skews: list[Skew] = field(default_factory=list)
     _open: dict[tuple[str, int], list[Run]] = field(default_factory=dict)
 
     def escaped(self, instance: str, error: Exception) -> None:
@@ -90,6 +106,20 @@ class Ledger:
         self.marks.append((self.world.now, kind))
         self.note(f"FAULT {kind}: {detail}")
 
+    def clock_stepped(self, instance: str, kind: str, before: float, after: float) -> None:
+        """A step (a fault of ``kind``, recorded with :meth:`fault`) moved ``instance``'s
+        clock from ``before`` to ``after`` off the world's."""
+        now = self.world.now
+        current = next(
+            (s for s in self.skews if s.instance == instance and s.end == math.inf), None
+        )
+        if current is None:
+            current = Skew(instance, kind, now)
+            self.skews.append(current)
+        current.start = min(current.start, now + min(0.0, after))
+        if not after:
+            current.end = now + max(0.0, before)
+
     def action(self, kind: str, detail: str) -> None:
         self.actions[kind] += 1
         self.disturbances.append(self.world.now)
@@ -106,8 +136,10 @@ class Ledger:
         token: int,
         source: ExecutionSource,
         fire: float | None,
+        wall: float | None = None,
     ) -> Run:
-        run = Run(job, item, instance, self.world.now, token, source, fire)
+        now = self.world.now
+        run = Run(job, item, instance, now, token, source, fire, now if wall is None else wall)
         self.runs.append(run)
         running = self._open.setdefault((job, item), [])
         self.overlaps += [(other, run) for other in running]

@@ -3,7 +3,8 @@
 A seed draws everything from ``random.Random(seed)``: 3 to 5 instances, one job (two in
 a quarter of the seeds) of 2 to 6 items firing every 1 or 2 seconds, failover and
 misfire on or off, a session timeout of 2 or 2.5 seconds. After a 1.5 s warm-up, a
-chaos window of 3 to 5 virtual seconds holds up to 6 disturbances; then the cluster runs
+chaos window of 3 to 5 virtual seconds holds up to 6 disturbances (and, in a quarter of
+the seeds, a step of one instance's wall clock: :func:`plan_clock_step`); then the cluster runs
 calm (short items, no faults) until a fire or two past the quiet time (see
 :mod:`shardcron.simulation.checks`), and the checks run. Seeds are kept this small
 because CI explores 10,000 of them in 4 minutes on 2 cores.
@@ -19,10 +20,10 @@ from dataclasses import dataclass, field
 
 from shardcron.coordination import claims, groupcommit, sharding
 from shardcron.simulation import checks, speed
-from shardcron.simulation.cluster import Cluster, JobSpec, Member
+from shardcron.simulation.cluster import AFTER_FIRE, Cluster, JobSpec, Member
 from shardcron.simulation.faults import Fault, Kind, Timing
 from shardcron.simulation.ledger import Ledger
-from shardcron.simulation.world import EPOCH
+from shardcron.simulation.world import EPOCH, Phase
 
 WARM_UP = 1.5
 # How far an operator moves a job's item count at once (from the current count, within 2-6).
@@ -124,7 +125,8 @@ def _toggle_failover(cluster: Cluster, job: str) -> None:
 
 def _run_to_quiet(cluster: Cluster, chaos_end: float) -> tuple[float, float]:
     """Run through the chaos, then calm until two fires past the quiet time; a late
-    disturbance (a reconnect, a kill at the end of a grace) pushes the end further."""
+    disturbance (a reconnect, a kill at the end of a grace) pushes the end further.
+    Returns the quiet time and the end of the fires the checks look at."""
     world, ledger = cluster.world, cluster.ledger
     world.run_until(chaos_end)
     cluster.calm = True
@@ -133,13 +135,18 @@ def _run_to_quiet(cluster: Cluster, chaos_end: float) -> tuple[float, float]:
     while True:
         # A long item keeps later fires of its item busy: it counts like a disturbance.
         last = max([EPOCH + WARM_UP, cluster.long_until, *ledger.disturbances])
-        quiet = last + cluster.session_timeout + 2 * period
+        # A member whose clock a step left ahead fires each second that much earlier in
+        # the world's time, one left behind that much later: the quiet time waits for the
+        # first, the end for the second.
+        offsets = [m.host.offset for m in cluster.members if m.node.phase is not Phase.DEAD]
+        ahead, behind = max([0.0, *offsets]), max([0.0, *(-o for o in offsets)])
+        quiet = last + cluster.session_timeout + 2 * period + ahead
         # Just after a fire of every job has run: between fires, so no item should run.
-        whole = math.ceil(quiet + period)
-        end = whole + whole % align + 0.7
+        whole = math.ceil(quiet + period + behind)
+        end = whole + whole % align + AFTER_FIRE
         world.run_until(end)
         if max([last, *ledger.disturbances]) == last:
-            return max(end, world.now), quiet
+            return quiet, end - behind
 
 
 def run(cluster: Cluster, chaos_end: float) -> Result:
@@ -150,9 +157,9 @@ def run(cluster: Cluster, chaos_end: float) -> Result:
     for track in cluster.tracks:
         _probe_every(cluster, track, EPOCH + 2 * track.period)
     with speed.yaml_once(), speed.logging_off():
-        end, quiet = _run_to_quiet(cluster, chaos_end)
+        quiet, checked = _run_to_quiet(cluster, chaos_end)
     ledger = cluster.ledger
-    verdict = checks.check(ledger, cluster.tracks, cluster.session_timeout, end, quiet)
+    verdict = checks.check(ledger, cluster.tracks, cluster.session_timeout, checked, quiet)
     available = {
         j.name: {m.name for m in cluster.members if cluster.available(m, j.name)}
         for j in cluster.jobs
@@ -202,10 +209,36 @@ IN_PARTS_BYTES = 400
 IN_PARTS_OPS = 5  # and cut each tick's group commit into multi-ops of a few ops
 
 
+# A share of the seeds steps one member's wall clock in the chaos window, back or forward
+# by 0.5 to 4 s, and in half of those steps it back to the world's time later (the
+# correction). Drawn apart from the seed's own stream, as the parts above.
+CLOCK_STEP_SHARE = 0.25
+CLOCK_STEP_SECONDS = (0.5, 4.0)
+CLOCK_CORRECTED_SHARE = 0.5
+
+
+def plan_clock_step(cluster: Cluster, seed: int, start: float, length: float) -> None:
+    """Maybe schedule a step of one member's wall clock, and its correction."""
+    rng = random.Random(f"clock-{seed}")
+    if rng.random() >= CLOCK_STEP_SHARE:
+        return
+    member = rng.choice(cluster.members)
+    at = start + rng.uniform(0, length)
+    amount = rng.uniform(*CLOCK_STEP_SECONDS) * rng.choice((-1, 1))
+    # The timer notices a step within a second (timers.CLOCK_CHECK_SECONDS).
+    noticed = rng.uniform(0, 1), rng.uniform(0, 1)
+    cluster.world.at(at, lambda: cluster.step_clock(member, amount, noticed[0]))
+    if rng.random() < CLOCK_CORRECTED_SHARE:
+        later = at + rng.uniform(0.5, 3.0)
+        # Back to the world's time, whatever other steps did meanwhile.
+        cluster.world.at(later, lambda: cluster.step_clock(member, -member.host.offset, noticed[1]))
+
+
 def run_seed(seed: int, verbose: bool = False) -> Result:
     cluster = random_cluster(seed, verbose)
     length = cluster.rng.uniform(3.0, 5.0)
     plan_chaos(cluster, EPOCH + WARM_UP, length)
+    plan_clock_step(cluster, seed, EPOCH + WARM_UP, length)
     in_parts = random.Random(f"parts-{seed}").random() < IN_PARTS_SHARE
     limits = claims.PART_BYTES, sharding.LAYOUT_BYTES, groupcommit.MAX_CHUNK_OPS
     if in_parts:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -79,17 +80,32 @@ class World:
 
 
 class SimHost:
-    """``Host`` on virtual time, for one node."""
+    """``Host`` on virtual time, for one node, with a wall clock of its own.
+
+    The node's wall clock reads the world's time plus ``offset``, which :meth:`step`
+    moves as an NTP step or a resumed VM would. Delays (``call_later``) run on the
+    world's time, as the production timer keeps them on the monotonic clock. Callbacks
+    due at a wall-clock time (``call_at``, ``execute_at``) run when this node's clock
+    reaches that time, and a step moves them as it moves the production timer's
+    (:mod:`shardcron.scheduler.timers`): see :meth:`step`.
+    """
 
     def __init__(self, world: World, node: Node) -> None:
         self.world = world
         self.node = node
+        self.offset = 0.0  # this node's wall clock minus the world's time
+        # Callbacks due at a wall-clock time, not run yet, by key: a step moves them.
+        self._walls: dict[int, tuple[float, Callable[[], None]]] = {}
+        self._keys = itertools.count()
+        self._steps = 0  # bumped by each step: a callback armed before it is void
+        self._wake = 0.0  # no wall-clock callback runs before then (world time)
 
     def now(self) -> float:
-        return self.world.now
+        return self.world.now + self.offset
 
     def released(self) -> float:
-        return self.world.now  # the virtual clock runs each callback at its moment
+        # The virtual clock runs each callback at its moment: the timer's tick is now.
+        return self.now()
 
     def monotonic(self) -> float:
         return self.world.now
@@ -108,7 +124,35 @@ class SimHost:
         self.world.at(self.world.now + delay, fn, self.node)
 
     def call_at(self, when: float, fn: Callable[[], None]) -> None:
-        self.world.at(max(when, self.world.now), fn, self.node)
+        key = next(self._keys)
+        self._walls[key] = (when, fn)
+        self._arm(key, max(when - self.offset, self._wake))
+
+    def _arm(self, key: int, at: float) -> None:
+        steps = self._steps
+
+        def due() -> None:
+            if steps == self._steps:  # else a step armed it again
+                self._walls.pop(key)[1]()
+
+        self.world.at(at, due, self.node)
+
+    def step(self, amount: float, noticed: float) -> None:
+        """The wall clock steps by ``amount`` seconds (back if negative).
+
+        As the production timer does: callbacks due at a wall-clock time stay at that time,
+        so after a step back they come that much later, and none comes twice. After a step
+        forward those now due are released together when the timer notices the step: its
+        thread sleeps until its next entry, but never longer than a second, so ``noticed``
+        (drawn below a second) from now, or sooner if an entry was due sooner than that.
+        """
+        before, self.offset = self.offset, self.offset + amount
+        self._steps += 1
+        if amount > 0:
+            soonest = min((when - before for when, _ in self._walls.values()), default=math.inf)
+            self._wake = max(self.world.now, min(self.world.now + noticed, soonest))
+        for key, (when, _) in sorted(self._walls.items(), key=lambda kv: (kv[1][0], kv[0])):
+            self._arm(key, max(when - self.offset, self._wake))
 
     def execute_at(
         self,
@@ -122,7 +166,7 @@ class SimHost:
             for work in works:
                 self.execute(work, then, returned)
 
-        self.world.at(when, start, self.node)
+        self.call_at(when, start)  # the production timer hands them over at that time
 
     def execute(
         self,
