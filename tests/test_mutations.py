@@ -112,6 +112,35 @@ MUTATIONS = [
         ],
     ),
     Mutation(
+        "an embedded registry that lost its data strands its sessions",
+        "registry/memory.py",
+        "            self._renewed = (self._sid, self._seen, since)\n"
+        "            self._publish(SessionState.EXPIRED)\n"
+        "            self._attempt()\n",
+        "            return\n",
+        [
+            named(
+                "test_registry_contract.py",
+                "test_a_registry_that_lost_its_data_gets_a_new_session_and_says_so[memory]",
+            )
+        ],
+    ),
+    Mutation(
+        "fires that waited for a first layout vanish unrecorded",
+        "coordination/layoutwait.py",
+        "            if older.when != newer.when and not sharding.has_sharding(self.rt.cache, "
+        "self.rt.paths):\n"
+        "                earlier += ((older.when, older.source),)\n"
+        "            elif older.when != newer.when:",
+        "            if older.when != newer.when:",
+        [
+            named(
+                "test_simulation.py",
+                "test_a_registry_that_lost_its_data_gets_its_jobs_registered_again",
+            )
+        ],
+    ),
+    Mutation(
         "a completion that is not conditional on its claim",
         "coordination/claims.py",
         "return [Check(paths.item(item), version), Delete(paths.running(item)), *extra]",

@@ -469,6 +469,9 @@ def test_a_registry_that_lost_its_data_gets_its_jobs_registered_again() -> None:
     cluster.change_config("job0", "count", sharding_total_count=5)
     cluster.world.run_until(EPOCH + 3.5)
     cluster.lose_registry_data(1.0)
+    # One worker hears of its new session later: the new layout waits for it to join,
+    # and the fires due meanwhile wait for the layout.
+    cluster.lag(cluster.members[2], 0.6, 5.0)
     paths = JobPaths("job0")
     assert cluster.peek(paths.config) is None
     cluster.world.run_until(EPOCH + 6.4)  # refused until 1.5 timeouts have passed
@@ -481,3 +484,9 @@ def test_a_registry_that_lost_its_data_gets_its_jobs_registered_again() -> None:
     assert checks.check_overlaps(cluster.ledger) == []
     late = [r for r in cluster.ledger.runs if r.start > EPOCH + 9]
     assert {r.item for r in late} == set(range(5))
+    # Every item-fire since the loss ran or was recorded skipped: cut off, by the owners
+    # the old layout named; then, until the new layout is in, by the owners it names.
+    outcomes = checks._outcomes(cluster.ledger)
+    seconds = range(int(EPOCH) + 4, int(EPOCH) + 10)
+    lost = [(t - EPOCH, i) for t in seconds for i in range(5) if not outcomes.get(("job0", i, t))]
+    assert lost == []
