@@ -13,9 +13,7 @@ costs no request. What it looks for:
   instance left both the instance nodes and the leases since the last check). The
   runtime reads the holder and, if it has neither lease nor instance node (or is this
   instance, not running the item here), queues the item for failover or, with failover
-  off, removes the claim and flags the item misfired. The repair goes out with the
-  process's group commit, without waiting: many stale claims (a dead instance's items)
-  cost one round trip, and the fires due meanwhile are not held up.
+  off, removes the claim and flags the item misfired.
 * ``failover``/``failovering`` without ``running``: left-overs that would make everybody
   skip the item; deleted.
 * failover queue entries for items that no longer exist, or with failover off: deleted.
@@ -34,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -43,7 +41,7 @@ from shardcron.coordination.job import JobState
 from shardcron.coordination.localitems import LocalItems
 from shardcron.coordination.misfires import Misfires
 from shardcron.coordination.paths import JobPaths
-from shardcron.errors import NodeExistsError, RegistryError, TransactionError
+from shardcron.errors import NodeExistsError, TransactionError
 from shardcron.registry import Check, Create, Delete, Op, SetData, TreeCache
 
 if TYPE_CHECKING:
@@ -116,23 +114,6 @@ def sweep(
     return found
 
 
-class Repairing:
-    """A stale claim's repair (a :class:`shardcron.coordination.groupcommit.Request`):
-    applied whole, or refused whole when the item changed since it was read."""
-
-    def __init__(self, ops: list[Op]) -> None:
-        self._ops = ops
-
-    def ops(self) -> list[Op]:
-        return self._ops
-
-    def applied(self, results: Sequence[object]) -> None:
-        self._ops = []
-
-    def refused(self, index: int, cause: RegistryError) -> bool:
-        return False
-
-
 class HealedFiring(Protocol):
     """What the sweep asks of its job's fire side
     (:class:`~shardcron.coordination.firing.Firing`)."""
@@ -200,7 +181,6 @@ class Healer:
         # As leader: the instances with a lease or an instance node when the claims were
         # last checked (None: not checked since this instance became the leader).
         self._alive: frozenset[str] | None = None
-        self._repairing: set[int] = set()  # items whose stale claim's repair is on its way
 
     def arm(self) -> None:
         self._timer += 1
@@ -309,10 +289,10 @@ class Healer:
         this instance but not running it here (left by an earlier session, or process,
         with the same id). ``leases`` remembers the holders' leases read in this heal.
         False if that is not settled yet: a claim of the item by this instance is in
-        flight (it fails if the node is another's), or a repair of it is."""
+        flight (it fails if the node is another's), or the repair raced a change."""
         rt = self.rt
         paths = rt.paths
-        if rt.firing.reserved(item) or item in self._repairing:
+        if rt.firing.reserved(item):
             return False
         # The item node first: a claim bumps its version before its ``running`` can be
         # read, so a claim made after these reads fails the repair's Check, and one made
@@ -346,23 +326,10 @@ class Healer:
             ops = claim + failover.stale_ops(rt.cache, paths, item)
             if rt.config.misfire and not rt.cache.exists(paths.misfire(item)):
                 ops.append(Create(paths.misfire(item)))
-        self._send_repair(item, ops, item_node[0], now)
-        return False  # settled by its answer: the next heal looks again
-
-    def _send_repair(self, item: int, ops: list[Op], stamp: bytes, now: float) -> None:
-        """Send a stale claim's repair without waiting; once applied, record the fires
-        since that claim (its ``stamp``) and before ``now`` as nobody's."""
-        rt = self.rt
-        self._repairing.add(item)
-
-        def then(error: RegistryError | None) -> None:
-            self._repairing.discard(item)
-            if error is not None:  # raced a change, or outcome unknown: the next heal looks
-                log.info("job %s: repair of item %d not applied (%s)", rt.name, item, error)
-                return
-            inherited.record_missed(rt, rt.trigger, rt.firing.misfires, {item: stamp}, now)
-
-        rt.commits.submit(Repairing(ops), then)
+        if not self._try(ops, f"repair of item {item}"):
+            return False  # raced: the next heal looks again
+        inherited.record_missed(rt, rt.trigger, rt.firing.misfires, {item: item_node[0]}, now)
+        return True
 
     def _drop_item(self, item: int) -> None:
         """Delete an item beyond the count, unless a run of it is in flight: the cache may

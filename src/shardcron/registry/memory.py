@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import Self
 
 from shardcron.errors import (
     ConnectionLostError,
     NotEmptyError,
     RegistryError,
-    SessionExpiredError,
     TransactionError,
 )
 from shardcron.registry.cache import CacheIndex, EventSink, EventThread, LocalTree, is_below
@@ -48,6 +45,7 @@ from shardcron.registry.contract import (
     Stat,
     settle,
 )
+from shardcron.registry.memorylock import MemoryLock
 from shardcron.registry.memoryserver import MemoryServer
 
 __all__ = ["MemoryLock", "MemoryRegistry", "MemoryServer", "MemoryTreeCache"]
@@ -485,43 +483,3 @@ class MemoryTreeCache:
 
     def close(self) -> None:
         self._tree.close()
-
-
-class MemoryLock:
-    """ZooKeeper's lock recipe: the lowest ephemeral sequential child holds the lock."""
-
-    def __init__(self, registry: MemoryRegistry, path: str) -> None:
-        self._registry = registry
-        self._path = path
-        self._node: str | None = None
-
-    def acquire(self, timeout: float) -> bool:
-        registry, server = self._registry, self._registry.server
-        self._node = registry.create(f"{self._path}/lock-", ephemeral=True, sequential=True)
-        deadline = time.monotonic() + timeout
-        mine = self._node.rsplit("/", 1)[1]
-        with server.changed:
-            while True:
-                first = min(server._nodes[registry._full(self._path)].children, default=None)
-                if first == mine:
-                    return True
-                if registry._full(self._node) not in server._nodes:
-                    raise SessionExpiredError("lock node vanished with the session")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                server.changed.wait(left)
-        self.release()
-        return False
-
-    def release(self) -> None:
-        if self._node is not None:
-            self._registry.delete(self._node)
-            self._node = None
-
-    def __enter__(self) -> Self:
-        self.acquire(timeout=30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()

@@ -101,7 +101,7 @@ class Cluster:
         self.calm = False  # after the last disturbance: items are short
         self.long_until = 0.0  # when the last long item drawn ends
         self.session_ends: dict[int, float] = {}  # session id -> when the server ended it
-        self.lost_data = False  # the registry lost its data once: see total()
+        self.losses = 0  # times the registry lost its data: see total()
 
     # -- building -------------------------------------------------------------------------
 
@@ -195,6 +195,7 @@ class Cluster:
                 ctx.source,
                 ctx.scheduled_fire_time,
             )
+            record.losses = self.losses  # fencing tokens start over with a data loss
 
             def end() -> None:
                 current = False
@@ -326,7 +327,7 @@ class Cluster:
         session timeouts after its connection dropped and registers anew (see
         ``MemoryRegistry``); config and layout come back from the workers."""
         self.ledger.fault("registry-lost-data", f"down for {length:.2f}s")
-        self.lost_data = True
+        self.losses += 1
         for sid in list(self.server._sessions):
             self.session_ends.setdefault(sid, self.world.now)
         self.server.set_up(False)
@@ -344,7 +345,7 @@ class Cluster:
     def total(self, job: str) -> int:
         """The job's item count; once the registry lost its data, the count of the config
         the workers wrote again (a worker that had not seen the last change writes its own)."""
-        if self.lost_data:
+        if self.losses:
             stored = self.peek(JobPaths(job).config)
             if stored is not None:
                 self.totals[job] = JobConfig.from_yaml(stored.decode(), job).sharding_total_count
@@ -370,8 +371,8 @@ class Cluster:
 
     def slow_requests(self, member: Member, longest: float, length: float) -> None:
         """For ``length``, each request the member sends without waiting (claims,
-        completions, misfire flags, layout commits, stale-claim repairs) is applied 0.1 s
-        to ``longest`` later, in the order sent, while the rest of the world goes on."""
+        completions, misfire flags, layout commits) is applied 0.1 s to ``longest``
+        later, in the order sent, while the rest of the world goes on."""
         self.ledger.fault("slow-requests", f"{member.name} up to {longest:.2f}s for {length:.2f}s")
         rng = self.rng
         member.registry.slow_requests(lambda: rng.uniform(0.1, longest))

@@ -17,14 +17,15 @@ the connection drops or the session ends is never applied: it fails with
 :class:`ConnectionLostError`, as ZooKeeper fails the requests of a connection it lost.
 The coordination requests sent without waiting are those of the group commit
 (:mod:`shardcron.coordination.groupcommit`): claims, completions, misfire flags written
-and taken, a layout's commit, and the leader's repairs of stale claims. Synchronous
-calls (``get``, ``stat``, ``get_with_stats``, ``children``, ``create``, ``put``,
-``delete``, ``transaction``, ``server_time``, a cache's load) cannot let other events
-interleave in this single-threaded model: the caller would have to wait without the
-world moving on. They are applied at once, after the requests still on their way (the
-session's order holds), so the registration, the election, a layout's ``processing``
-node, failover claims, lease and instance writes and every read are never late. Those
-races are checked by tests that make the registry late on purpose
+and taken, and a layout's commit. Synchronous calls (``get``, ``stat``,
+``get_with_stats``, ``children``, ``create``, ``put``, ``delete``, ``transaction``,
+``server_time``, a cache's load) cannot let other events interleave in this
+single-threaded model: the caller would have to wait without the world moving on. They
+are applied at once, after the requests still on their way (the session's order holds),
+so these are never late: the registration, the election and its abdication, a layout's
+``processing`` node and a layout written in parts, failover claims, the leader's repairs
+of stale claims and its other sweep repairs, lease and instance writes, deregistration,
+and every read. Those races are checked by tests that make the registry late on purpose
 (``tests/test_late_repairs.py``).
 
 :func:`kind_of` names the coordination request kind from the ops it carries, so the

@@ -95,7 +95,7 @@ def _chaos_actions(
         "slow-answers": lambda: cluster.slow_answers(
             member, rng.uniform(0.1, 0.9), rng.uniform(1, 3)
         ),
-        # Half of them on the job's leader: its repairs and layout commits are sent so.
+        # Half of them on the job's leader, whose layout commits are sent so too.
         "slow-requests": lambda: cluster.slow_requests(
             (rng.random() < 0.5 and cluster.leader(job)) or member,
             rng.uniform(0.3, 1.5),
