@@ -490,3 +490,21 @@ def test_a_registry_that_lost_its_data_gets_its_jobs_registered_again() -> None:
     seconds = range(int(EPOCH) + 4, int(EPOCH) + 10)
     lost = [(t - EPOCH, i) for t in seconds for i in range(5) if not outcomes.get(("job0", i, t))]
     assert lost == []
+
+
+def test_a_claim_whose_answer_was_lost_runs_its_fire_or_records_it_skipped() -> None:
+    """The claim went through but its answer was lost: settled after the reconnect from
+    what the registry holds, its item-fire runs late, or is recorded skipped."""
+    jobs = [JobSpec("job0", items=3, period=1, failover=True, misfire=True)]
+    cluster = Cluster(jobs, instances=3, session_timeout=2.0, rng=random.Random(5))
+    cluster.calm = True
+    for member in cluster.members:
+        cluster.world.at(EPOCH + 0.3, lambda m=member: cluster.start(m))  # type: ignore[misc]
+    cluster.world.run_until(EPOCH + 3.5)
+    cluster.plant(cluster.members[1], Fault(Timing.AFTER, outage=0.8, kind=Kind.CLAIM))
+    cluster.world.run_until(EPOCH + 10.5)
+    assert cluster.ledger.faults[str(Timing.AFTER)] == 1
+    outcomes = checks._outcomes(cluster.ledger)
+    seconds = range(int(EPOCH) + 3, int(EPOCH) + 10)
+    lost = [(t - EPOCH, i) for t in seconds for i in range(3) if not outcomes.get(("job0", i, t))]
+    assert lost == []
