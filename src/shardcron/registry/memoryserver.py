@@ -5,8 +5,8 @@ A :class:`MemoryServer` plays the ZooKeeper ensemble for :mod:`shardcron.registr
 owns the nodes, the sessions and the zxid: ephemeral nodes die with their session,
 transactions are all or nothing, every change is told to every session in order, and
 zxids grow monotonically until the server loses its data (fencing tokens derive from
-them). ``expire``, ``set_up`` and
-``lose_data`` are the fault hooks the simulation and the fault tests pull.
+them). ``expire``, ``set_up`` and ``lose_data`` are the fault hooks the simulation and
+the fault tests pull.
 """
 
 from __future__ import annotations
