@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -20,7 +22,10 @@ from shardcron.registry import (
     SetData,
     Stat,
 )
-from tests.conftest import Backend
+from shardcron.registry.memory import MemoryRegistry, MemoryServer
+from shardcron.registry.zookeeper import ZooKeeperRegistry
+from shardcron.testing.zookeeper import ZooKeeperServer, unique_namespace
+from tests.conftest import Backend, zk_config
 from tests.helpers import wait_until
 
 
@@ -401,3 +406,87 @@ def test_request_counter_counts_round_trips(backend: Backend) -> None:
     before = reg.request_count
     reg.transaction([SetData("/job/x", b"4"), SetData("/job/x", b"5")])
     assert reg.request_count - before == 1
+
+
+SHORT_SESSION = 1.0  # seconds: a session given up on after 1.5 s without a connection
+
+
+@pytest.fixture(params=["memory", "zookeeper"])
+def losing(request: pytest.FixtureRequest) -> Iterator[tuple[Backend, Callable[[], None]]]:
+    """A backend on a server of its own, and how to make that server lose its data: a
+    restart without it (a ZooKeeper rebuilt, or restored from an older backup)."""
+    if request.param == "memory":
+        server = MemoryServer()
+
+        def lose_memory() -> None:
+            server.set_up(False)
+            server.lose_data()
+            server.set_up(True)
+
+        made = Backend(
+            "memory",
+            new=lambda: MemoryRegistry(server, "contract", session_timeout=SHORT_SESSION),
+            expire=lambda r: server.expire(r.session_id),
+            drop=lambda _r: None,
+        )
+        try:
+            yield made, lose_memory
+        finally:
+            for registry in made.opened:
+                registry.close()
+        return
+    with ZooKeeperServer() as zk:
+        namespace = unique_namespace()
+        config = zk_config(zk, namespace, session_ms=int(SHORT_SESSION * 1000))
+
+        def lose_zookeeper() -> None:
+            zk.stop()
+            shutil.rmtree(zk.workdir / "data")
+            zk.start()
+
+        made = Backend(
+            "zookeeper",
+            new=lambda: ZooKeeperRegistry(config),
+            expire=lambda _r: None,
+            drop=lambda _r: None,
+        )
+        try:
+            yield made, lose_zookeeper
+        finally:
+            for registry in made.opened:
+                registry.close()
+
+
+def test_a_registry_that_lost_its_data_gets_a_new_session_and_says_so(
+    losing: tuple[Backend, Callable[[], None]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The old session is refused for good: 1.5 session timeouts after the connection
+    dropped the client gives up on it (EXPIRED), starts a new one, logs one ERROR line
+    and publishes RESET ahead of the events that empty its caches and of CONNECTED."""
+    backend, lose = losing
+    reg = backend.session()
+    reg.create("/job/instances/a", b"", ephemeral=True)
+    reg.put("/job/config", b"a: 1")
+    seen: list[tuple[float, object]] = []
+    cache = reg.tree_cache("/job", lambda e: seen.append((time.monotonic(), e)))
+    wait_until(lambda: cache.exists("/job/config"), what="the cache loaded")
+    reg.add_session_listener(lambda state: seen.append((time.monotonic(), state)))
+    old, mark = reg.session_id, len(seen)
+    lose()
+    wait_until(lambda: SessionState.CONNECTED in [x for _, x in seen[mark:]], 30, "a new session")
+    states = [(at, x) for at, x in seen[mark:] if isinstance(x, SessionState)]
+    assert [x for _, x in states] == [
+        SessionState.SUSPENDED,
+        SessionState.EXPIRED,
+        SessionState.RESET,
+        SessionState.CONNECTED,
+    ]
+    assert states[1][0] - states[0][0] >= 1.5 * SHORT_SESSION * 0.9  # not given up sooner
+    removed = [n for n, (_, x) in enumerate(seen) if n >= mark and isinstance(x, NodeEvent)]
+    reset = next(n for n, (_, x) in enumerate(seen) if x is SessionState.RESET)
+    assert removed and min(removed) > reset, "RESET comes ahead of the caches' resync"
+    assert reg.session_id != old
+    assert not cache.exists("/job/config") and reg.get("/job/config") is None
+    errors = [r for r in caplog.records if r.levelname == "ERROR" and r.name.startswith("shard")]
+    assert len(errors) == 1 and "lost its data or was restored from a backup" in errors[0].message
+    reg.create("/job/instances/a", b"", ephemeral=True)  # usable again

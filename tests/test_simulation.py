@@ -515,3 +515,107 @@ def test_fires_run_before_a_step_back_are_not_recorded_later_as_run_by_nobody() 
         assert named == []
         after = [r.fire for r in ledger.runs if r.item == item and r.instance != name]
         assert after[0] == EPOCH + 9.0
+
+
+def _slow(world: World, server: MemoryServer, delays: list[float]) -> FaultyRegistry:
+    inner = MemoryRegistry(server, "t", events=SessionEvents(world))
+    registry = FaultyRegistry(
+        inner, on_break=lambda _outage: None, clock=lambda: world.now, defer=world.at
+    )
+    registry.start()
+    registry.put("/namespace", b"")  # a transaction creates no parents: the namespace's
+    drawn = iter(delays)
+    registry.slow_requests(lambda: next(drawn))
+    return registry
+
+
+def test_slow_requests_apply_late_in_the_order_sent_while_the_world_goes_on() -> None:
+    world, server = World(), MemoryServer()
+    registry = _slow(world, server, [1.0, 0.2])
+    other = MemoryRegistry(server, "t")
+    other.start()
+    answers: list[object] = []
+    registry.send_transaction([Create("/a")], answers.append)
+    registry.send_transaction([Create("/b")], answers.append)  # drawn shorter: still second
+    other.create("/c")  # another session goes on meanwhile
+    world.run_until(EPOCH + 0.9)
+    assert answers == [] and other.get("/a") is None and other.get("/b") is None
+    world.run_until(EPOCH + 1.0)
+    assert answers == [["/a"], ["/b"]]
+
+
+def test_a_synchronous_request_applies_after_the_slow_ones_sent_before_it() -> None:
+    world, server = World(), MemoryServer()
+    registry = _slow(world, server, [1.0])
+    answers: list[object] = []
+    registry.send_transaction([Create("/a")], answers.append)
+    assert registry.get("/a") == b""  # the session's order holds: /a went first
+    assert answers == [["/a"]]
+    world.run_until(EPOCH + 2)
+    assert answers == [["/a"]]  # applied and answered once
+
+
+def test_a_slow_request_whose_connection_drops_on_the_way_is_never_applied() -> None:
+    world, server = World(), MemoryServer()
+    registry = _slow(world, server, [1.0])
+    answers: list[object] = []
+    registry.send_transaction([Create("/a")], answers.append)
+    registry.inner.disconnect()
+    registry.inner.reconnect()  # the same session, on a new connection
+    world.run_until(EPOCH + 2)
+    assert len(answers) == 1 and isinstance(answers[0], ConnectionLostError)
+    assert server._nodes.get("/t/a") is None
+
+
+def test_a_registry_that_lost_its_data_gets_its_jobs_registered_again() -> None:
+    """Every node and session gone, old sessions refused: the workers give up on them
+    after 1.5 session timeouts, register anew, and the config (with the operator's last
+    count) and a layout over every live instance come back."""
+    jobs = [JobSpec("job0", items=4, period=1, failover=True, misfire=True)]
+    cluster = Cluster(jobs, instances=3, session_timeout=2.0, rng=random.Random(5))
+    cluster.calm = True
+    for member in cluster.members:
+        cluster.world.at(EPOCH + 0.3, lambda m=member: cluster.start(m))  # type: ignore[misc]
+    cluster.world.run_until(EPOCH + 2.5)
+    cluster.change_config("job0", "count", sharding_total_count=5)
+    cluster.world.run_until(EPOCH + 3.5)
+    cluster.lose_registry_data(1.0)
+    # One worker hears of its new session later: the new layout waits for it to join,
+    # and the fires due meanwhile wait for the layout.
+    cluster.lag(cluster.members[2], 0.6, 5.0)
+    paths = JobPaths("job0")
+    assert cluster.peek(paths.config) is None
+    cluster.world.run_until(EPOCH + 6.4)  # refused until 1.5 timeouts have passed
+    assert cluster.peek(paths.config) is None
+    cluster.world.run_until(EPOCH + 10.5)
+    assert cluster.total("job0") == 5
+    names = {m.name for m in cluster.members}
+    assert {cluster.peek(paths.item_instance(i)).decode() for i in range(5)} == names  # type: ignore[union-attr]
+    assert all(cluster.available(m, "job0") for m in cluster.members)
+    assert checks.check_overlaps(cluster.ledger) == []
+    late = [r for r in cluster.ledger.runs if r.start > EPOCH + 9]
+    assert {r.item for r in late} == set(range(5))
+    # Every item-fire since the loss ran or was recorded skipped: cut off, by the owners
+    # the old layout named; then, until the new layout is in, by the owners it names.
+    outcomes = checks._outcomes(cluster.ledger)
+    seconds = range(int(EPOCH) + 4, int(EPOCH) + 10)
+    lost = [(t - EPOCH, i) for t in seconds for i in range(5) if not outcomes.get(("job0", i, t))]
+    assert lost == []
+
+
+def test_a_claim_whose_answer_was_lost_runs_its_fire_or_records_it_skipped() -> None:
+    """The claim went through but its answer was lost: settled after the reconnect from
+    what the registry holds, its item-fire runs late, or is recorded skipped."""
+    jobs = [JobSpec("job0", items=3, period=1, failover=True, misfire=True)]
+    cluster = Cluster(jobs, instances=3, session_timeout=2.0, rng=random.Random(5))
+    cluster.calm = True
+    for member in cluster.members:
+        cluster.world.at(EPOCH + 0.3, lambda m=member: cluster.start(m))  # type: ignore[misc]
+    cluster.world.run_until(EPOCH + 3.5)
+    cluster.plant(cluster.members[1], Fault(Timing.AFTER, outage=0.8, kind=Kind.CLAIM))
+    cluster.world.run_until(EPOCH + 10.5)
+    assert cluster.ledger.faults[str(Timing.AFTER)] == 1
+    outcomes = checks._outcomes(cluster.ledger)
+    seconds = range(int(EPOCH) + 3, int(EPOCH) + 10)
+    lost = [(t - EPOCH, i) for t in seconds for i in range(3) if not outcomes.get(("job0", i, t))]
+    assert lost == []

@@ -5,6 +5,9 @@ must reshard) does not hold a thread: it is kept here, one per job, and run once
 layout is in (:meth:`LayoutWait.run`, called when the flag goes), late but for its own
 second. Two fires that wait together run as one, of the later second, on the items of
 both; the earlier one's items are recorded as skipped for it, with no misfire re-run.
+While there is no layout at all (a new job, or a registry that lost its data) this
+instance's items are not known yet: the earlier fires are recorded once the layout is
+in, for the items it gives this instance.
 
 Coordinator thread only, like the :class:`~shardcron.coordination.firing.Firing` it
 belongs to.
@@ -30,6 +33,9 @@ class Waiting:
     when: float
     source: ExecutionSource
     only: list[int] | None
+    # Earlier fires merged into this one while no layout showed whose items they were:
+    # recorded as skipped once the layout is in.
+    earlier: tuple[tuple[float, ExecutionSource], ...] = ()
 
 
 class WaitingJob(JobState, Protocol):
@@ -64,12 +70,16 @@ class LayoutWait:
         fire, waiting = Waiting(when, source, only), self._waiting
         if waiting is not None:
             older, newer = (waiting, fire) if waiting.when <= fire.when else (fire, waiting)
-            if older.when != newer.when:  # the later fire runs its items: no misfire re-run
+            earlier = older.earlier + newer.earlier
+            if older.when != newer.when and not sharding.has_sharding(self.rt.cache, self.rt.paths):
+                earlier += ((older.when, older.source),)
+            elif older.when != newer.when:  # the later fire runs its items: no misfire re-run
                 items = self.firing.items.mine(older.only)
                 skip = self.firing.misfires.skip
                 skip(items, RESHARDING, older.when, misfire=False, source=older.source)
             both = None if older.only is None or newer.only is None else {*older.only, *newer.only}
-            fire = Waiting(newer.when, newer.source, None if both is None else sorted(both))
+            only = None if both is None else sorted(both)
+            fire = Waiting(newer.when, newer.source, only, earlier)
         self._waiting = fire
 
     def run(self) -> None:
@@ -93,6 +103,9 @@ class LayoutWait:
         if sharding.is_necessary(rt.cache, rt.paths):
             return
         self._waiting = None
+        items = self.firing.items.mine(waiting.only) if waiting.earlier else []
+        for when, source in waiting.earlier:  # the later fire runs them: no misfire re-run
+            self.firing.misfires.skip(items, RESHARDING, when, misfire=False, source=source)
         # Late, for its own second: not for items another owner ran it for meanwhile.
         self.firing.fire(waiting.source, waiting.only, waiting.when, after_layout=True)
 

@@ -71,7 +71,9 @@ def open_registry(target: Registry | RegistryConfig | str | None) -> Registry:
         )
         if config.is_memory:
             log.warning(EMBEDDED_WARNING)
-            return MemoryRegistry(namespace=config.namespace)
+            return MemoryRegistry(
+                namespace=config.namespace, session_timeout=config.session_timeout_ms / 1000
+            )
         return ZooKeeperRegistry(config)
     return target
 

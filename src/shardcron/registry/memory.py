@@ -8,20 +8,24 @@ notices), its lock recipe, its listeners, and the per-session connection faults
 (:meth:`MemoryRegistry.disconnect` / :meth:`MemoryRegistry.reconnect`). The server's
 semantics (ephemerals, all-or-nothing transactions, zxids) are in
 :mod:`shardcron.registry.memoryserver`; ``MemoryServer`` is re-exported here.
+
+A session reacts to a server that lost its data as the ZooKeeper backend does: refused
+(it has seen later transactions than the server has), it stays SUSPENDED; once 1.5
+session timeouts pass without a connection it gives up on the session (EXPIRED), and
+with the next connection starts a new one, logs why in one ERROR line, and publishes
+RESET ahead of the caches' resync and of CONNECTED.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import Self
 
 from shardcron.errors import (
     ConnectionLostError,
     NotEmptyError,
     RegistryError,
-    SessionExpiredError,
     TransactionError,
 )
 from shardcron.registry.cache import CacheIndex, EventSink, EventThread, LocalTree, is_below
@@ -41,9 +45,20 @@ from shardcron.registry.contract import (
     Stat,
     settle,
 )
+from shardcron.registry.memorylock import MemoryLock
 from shardcron.registry.memoryserver import MemoryServer
 
 __all__ = ["MemoryLock", "MemoryRegistry", "MemoryServer", "MemoryTreeCache"]
+
+log = logging.getLogger(__name__)
+
+Timer = Callable[[float, Callable[[], None]], None]
+
+
+def thread_timer(delay: float, fn: Callable[[], None]) -> None:
+    timer = threading.Timer(delay, fn)
+    timer.daemon = True
+    timer.start()
 
 
 class MemoryRegistry:
@@ -54,10 +69,20 @@ class MemoryRegistry:
         server: MemoryServer | None = None,
         namespace: str = "shardcron",
         events: EventSink | None = None,
+        session_timeout: float = 10.0,
+        timer: Timer = thread_timer,
     ) -> None:
         """``events`` runs this session's cache updates and listener calls in order (one
-        thread by default; the simulation passes its own deterministic queue)."""
+        thread by default; the simulation passes its own deterministic queue), ``timer``
+        calls a function after a delay (a thread; the simulation passes its clock's)."""
         self.server = server or MemoryServer()
+        self.session_timeout = session_timeout
+        self._timer = timer
+        self.links = 0  # connections dropped so far: a request sent on one dies with it
+        self._seen = 0  # the last zxid this client saw, as ZooKeeper's last_zxid
+        self._suspensions = 0  # bumped at each suspension: the watchdog's token
+        # Set when the watchdog gave up on the session: (its id, the last zxid seen, since).
+        self._renewed: tuple[int, int, float] | None = None
         self._namespace = namespace
         self._root = f"/{namespace}"
         self._sid = 0
@@ -90,6 +115,7 @@ class MemoryRegistry:
         if not self.server.up:
             raise ConnectionLostError("embedded registry is down")
         self._sid = self.server.open_session(self)
+        self._seen = self.server._zxid
         self._started = True
         self._connected = True
         self._publish(SessionState.CONNECTED)
@@ -99,6 +125,7 @@ class MemoryRegistry:
             return
         self._started = False
         self._connected = False
+        self.server.detach(self)
         self.server.close_session(self._sid)
         self._publish(SessionState.LOST)
         self._events.stop()
@@ -114,10 +141,13 @@ class MemoryRegistry:
     def _run(self, fn: Callable[[], object]) -> object:
         self._requests += 1
         self._check_link()
-        return self.server.run(self._sid, fn)
+        with self.server.lock:
+            result = self.server.run(self._sid, fn)
+            self._seen = self.server._zxid
+        return result
 
     def _check_link(self) -> None:
-        if not self._link_up:
+        if not self._link_up or (self._started and not self._connected):
             raise ConnectionLostError("embedded registry: this session is disconnected")
 
     # -- one session's connection (fault injection) -----------------------------------------
@@ -129,8 +159,8 @@ class MemoryRegistry:
         if not self._link_up:
             return
         self._link_up = False
-        self._connected = False
-        self._publish(SessionState.SUSPENDED)
+        if self._connected:
+            self._suspend()
 
     def reconnect(self) -> None:
         """Back after :meth:`disconnect`: on the same session if the server kept it
@@ -139,14 +169,80 @@ class MemoryRegistry:
         if self._link_up:
             return
         self._link_up = True
-        if not self._started:
-            return
-        if self._sid not in self.server._sessions:
-            self._expired()
-            return
-        self._connected = self.server.up
+        self._attempt()
+
+    # -- losing the session, and giving up on it ------------------------------------------
+
+    def _suspend(self) -> None:
+        """The connection dropped: SUSPENDED, and the watchdog armed (see :meth:`_give_up`)."""
+        self._connected = False
+        self.links += 1
+        self._suspensions += 1
+        token, since = self._suspensions, self.server.clock()
+        self._publish(SessionState.SUSPENDED)
+        self._timer(1.5 * self.session_timeout, lambda: self._give_up(token, since))
+
+    def _give_up(self, token: int, since: float) -> None:
+        """1.5 session timeouts without a connection: the session is over on any server
+        (and one that lost its data refuses it for good), so the next connection starts
+        a new one, as the ZooKeeper backend does."""
+        with self.server.lock:
+            if not self._started or self._connected or token != self._suspensions:
+                return
+            self._renewed = (self._sid, self._seen, since)
+            self._publish(SessionState.EXPIRED)
+            self._attempt()
+
+    def _attempt(self) -> None:
+        """Reach the server (this link back, or the server up again), as a ZooKeeper
+        client's connection attempt: the old session if the server has it, a new one if
+        given up on; refused (stay SUSPENDED) if the server has not seen what this session
+        has; else the session expired meanwhile."""
+        with self.server.lock:
+            if not self._started or not self._link_up or not self.server.up or self._connected:
+                return
+            if self._renewed is not None:
+                self._renew(*self._renewed)
+            elif self._sid in self.server._sessions:
+                self._connected = True
+                self._resync()
+                self._publish(SessionState.RECONNECTED)
+            elif self._seen <= self.server._zxid:
+                self._replace_expired()
+
+    def _renew(self, old: int, seen: int, since: float) -> None:
+        """A new session after giving up on ``old``: say why (one line) and, when the server
+        lost what the old session had seen, publish RESET ahead of the resync."""
+        self._renewed = None
+        self.server.close_session(old)  # over on any server by now (this one never expires)
+        self._sid = self.server.open_session(self)
+        self._connected = True
+        now, silent = self.server._zxid, self.server.clock() - since
+        causes = []
+        if now < seen:
+            causes.append(f"its last transaction 0x{now:x} is older than 0x{seen:x} seen before")
+        if self._root not in self.server._nodes:
+            causes.append(f"the namespace {self._root} was gone")
+            # Put back, as the ZooKeeper backend does: a transaction creates no parents.
+            sid = self._sid
+            self.server.run(sid, lambda: self.server._create(sid, Create(self._root), True))
+        self._seen = self.server._zxid
+        if causes:
+            log.error(
+                "embedded registry refused session 0x%x (%s): it lost its data or was "
+                "restored from a backup; started a new session and registering every job again",
+                old,
+                "; ".join(causes),
+            )
+            self._publish(SessionState.RESET)
+        else:
+            log.warning(
+                "embedded registry: no connection for %.0f s, longer than the session "
+                "timeout: started a new session",
+                silent,
+            )
         self._resync()
-        self._publish(SessionState.RECONNECTED)
+        self._publish(SessionState.CONNECTED)
 
     def get(self, path: str) -> bytes | None:
         def read() -> bytes | None:
@@ -222,7 +318,9 @@ class MemoryRegistry:
             else:
                 full_ops.append(Check(self._full(op.path), op.version))
         try:
-            results = self.server.transaction(self._sid, full_ops)
+            with self.server.lock:
+                results = self.server.transaction(self._sid, full_ops)
+                self._seen = self.server._zxid
         except TransactionError as exc:
             raise TransactionError(exc.index, ops[exc.index], exc.cause) from exc.cause
         return [self._strip(r) if isinstance(r, str) else r for r in results]
@@ -290,6 +388,7 @@ class MemoryRegistry:
     # -- called by the server, under its lock --------------------------------------------
 
     def _node_changed(self, full_path: str, data: bytes | None) -> None:
+        self._seen = self.server._zxid
         if not self._caches:
             return  # nothing to update (a session that only writes, like an operator's)
         if not is_below(full_path, self._root) or full_path == self._root:
@@ -325,12 +424,16 @@ class MemoryRegistry:
         self._events.submit(apply)
 
     def _expired(self) -> None:
-        self._connected = False
-        if not self._link_up:
+        if not self._connected:
             return  # a disconnected client learns of the expiry when it reconnects
+        self._connected = False
+        self._replace_expired()
+
+    def _replace_expired(self) -> None:
         self._publish(SessionState.EXPIRED)
         if self._started and self.server.up:
             self._sid = self.server.open_session(self)
+            self._seen = self.server._zxid
             self._connected = True
             self._resync()
             self._publish(SessionState.CONNECTED)
@@ -338,8 +441,10 @@ class MemoryRegistry:
     def _connection_changed(self, up: bool) -> None:
         if not self._link_up:
             return  # this session's own link is down; reconnect() reports for it
-        self._connected = up
-        self._publish(SessionState.RECONNECTED if up else SessionState.SUSPENDED)
+        if up:
+            self._attempt()
+        elif self._connected:
+            self._suspend()
 
     def _resync(self) -> None:
         with self.server.lock:
@@ -378,43 +483,3 @@ class MemoryTreeCache:
 
     def close(self) -> None:
         self._tree.close()
-
-
-class MemoryLock:
-    """ZooKeeper's lock recipe: the lowest ephemeral sequential child holds the lock."""
-
-    def __init__(self, registry: MemoryRegistry, path: str) -> None:
-        self._registry = registry
-        self._path = path
-        self._node: str | None = None
-
-    def acquire(self, timeout: float) -> bool:
-        registry, server = self._registry, self._registry.server
-        self._node = registry.create(f"{self._path}/lock-", ephemeral=True, sequential=True)
-        deadline = time.monotonic() + timeout
-        mine = self._node.rsplit("/", 1)[1]
-        with server.changed:
-            while True:
-                first = min(server._nodes[registry._full(self._path)].children, default=None)
-                if first == mine:
-                    return True
-                if registry._full(self._node) not in server._nodes:
-                    raise SessionExpiredError("lock node vanished with the session")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                server.changed.wait(left)
-        self.release()
-        return False
-
-    def release(self) -> None:
-        if self._node is not None:
-            self._registry.delete(self._node)
-            self._node = None
-
-    def __enter__(self) -> Self:
-        self.acquire(timeout=30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()

@@ -4,8 +4,9 @@ A :class:`MemoryServer` plays the ZooKeeper ensemble for :mod:`shardcron.registr
 (whose :class:`~shardcron.registry.memory.MemoryRegistry` is one client session on it). It
 owns the nodes, the sessions and the zxid: ephemeral nodes die with their session,
 transactions are all or nothing, every change is told to every session in order, and
-zxids grow monotonically (fencing tokens derive from them). ``expire`` and ``set_up`` are
-the fault hooks the simulation and the fault tests pull.
+zxids grow monotonically until the server loses its data (fencing tokens derive from
+them). ``expire``, ``set_up`` and ``lose_data`` are the fault hooks the simulation and
+the fault tests pull.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class MemoryServer:
         self._zxid = 0
         self._nodes: dict[str, _Node] = {"/": _Node(b"", 0, 0, 0, 0)}
         self._sessions: dict[int, Session] = {}
+        self._clients: list[Session] = []  # every client connected, with a session or not
         self._session_ids = itertools.count(0x1000)
         self.up = True
 
@@ -88,7 +90,15 @@ class MemoryServer:
         with self.lock:
             sid = next(self._session_ids)
             self._sessions[sid] = client
+            if client not in self._clients:
+                self._clients.append(client)
             return sid
+
+    def detach(self, client: Session) -> None:
+        """A closed client: the server tells it nothing more."""
+        with self.lock:
+            if client in self._clients:
+                self._clients.remove(client)
 
     def close_session(self, sid: int) -> None:
         with self.lock:
@@ -111,9 +121,21 @@ class MemoryServer:
         """Simulate the server going down (every client SUSPENDED) and coming back."""
         with self.lock:
             self.up = up
-            clients = list(self._sessions.values())
+            clients = list(self._clients)
         for client in clients:
             client._connection_changed(up)
+
+    def lose_data(self) -> None:
+        """The server, down, loses its data, as a ZooKeeper rebuilt or restored from a
+        backup comes back: every node and every session is gone, and transaction ids start
+        over, so a client that has seen later ones is refused until it gives up on its
+        session (see :class:`~shardcron.registry.memory.MemoryRegistry`)."""
+        with self.lock:
+            if self.up:
+                raise RegistryError("lose_data() is for a server that is down: set_up(False)")
+            self._nodes = {"/": _Node(b"", 0, 0, 0, 0)}
+            self._sessions.clear()
+            self._zxid = 0
 
     # -- tree operations (callers hold the lock) ----------------------------------------
 

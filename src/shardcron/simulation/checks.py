@@ -22,7 +22,8 @@ instances at overlapping times, unless the session that made the older run's cla
 ended where its holder could not act on it (while the item ran: an outage or a stall
 past the session timeout; or before the item started, while its holder was stalled
 since the claim), its ``ctx.claim_is_current()`` was false when it ended, and its
-``ctx.fencing_token`` is lower than the newer run's. A run started by a holder that
+``ctx.fencing_token`` is lower than the newer run's (or the registry lost its data, and
+the tokens started over, between them). A run started by a holder that
 had already been told its session ended is never excused.
 
 I2 (every item-fire, matched to what became of it): the runs for that fire (source
@@ -109,7 +110,9 @@ def check_overlaps(ledger: Ledger) -> list[str]:
         if older.end is None:
             continue
         allowed = (
-            older.session_lost and not older.current and older.token < newer.token
+            older.session_lost
+            and not older.current
+            and (older.token < newer.token or older.losses < newer.losses)
         ) and older.instance != newer.instance
         if not allowed:
             found.append(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from shardcron.config.job import JobConfig
@@ -21,7 +21,7 @@ from shardcron.coordination.events import Observer
 from shardcron.coordination.groupcommit import GroupCommit
 from shardcron.coordination.paths import JobPaths
 from shardcron.coordination.runtime import JobRuntime
-from shardcron.errors import NodeExistsError
+from shardcron.errors import NodeExistsError, RegistryError
 from shardcron.execution.lanes import lanes_for
 from shardcron.model import ServerStatus, ShardingContext, instance_id
 from shardcron.registry import SessionState
@@ -94,7 +94,7 @@ class Cluster:
         self.world = World()
         self.server = MemoryServer(clock=lambda: self.world.now)
         self.ledger = Ledger(self.world, verbose)
-        self.admin = MemoryRegistry(self.server, NAMESPACE, events=SessionEvents(self.world))
+        self.admin = self._session(SessionEvents(self.world))
         self.admin.start()
         self.totals = {job.name: job.items for job in jobs}
         self.tracks = [JobTrack(job.name, job.period) for job in jobs]
@@ -102,6 +102,7 @@ class Cluster:
         self.calm = False  # after the last disturbance: items are short
         self.long_until = 0.0  # when the last long item drawn ends
         self.session_ends: dict[int, float] = {}  # session id -> when the server ended it
+        self.losses = 0  # times the registry lost its data: see total()
 
     # -- building -------------------------------------------------------------------------
 
@@ -110,7 +111,7 @@ class Cluster:
         node = Node(instance_id(ip, 100 + n))
         node.on_error = lambda exc: self.ledger.escaped(node.name, exc)
         events = SessionEvents(self.world)
-        inner = MemoryRegistry(self.server, NAMESPACE, events=events)
+        inner = self._session(events, node)
         registry = FaultyRegistry(
             inner,
             on_break=lambda outage: self.outage(self.members[n], outage),
@@ -121,6 +122,18 @@ class Cluster:
             defer=self.world.at,
         )
         return Member(n, node.name, ip, node, SimHost(self.world, node), events, inner, registry)
+
+    def _session(self, events: SessionEvents, node: Node | None = None) -> MemoryRegistry:
+        """A registry session whose watchdog runs on the world's clock (in ``node``, as
+        the client library's thread of that process)."""
+        world = self.world
+        return MemoryRegistry(
+            self.server,
+            NAMESPACE,
+            events=events,
+            session_timeout=self.session_timeout,
+            timer=lambda delay, fn: world.at(world.now + delay, fn, node),
+        )
 
     def start(self, member: Member) -> None:
         host = member.host
@@ -184,6 +197,7 @@ class Cluster:
                 ctx.scheduled_fire_time,
                 wall=member.host.now(),
             )
+            record.losses = self.losses  # fencing tokens start over with a data loss
 
             def end() -> None:
                 current = False
@@ -203,10 +217,10 @@ class Cluster:
         """Whether the session that made the run's claim ended where its holder could not
         act on it: while the item ran, or before it started but while the holder was
         stalled since the claim (a SIGSTOP between claiming and starting)."""
-        claim = member.registry.claims.get(token)
-        if claim is None:
+        made = [c for c in member.registry.claims.get(token, []) if c[1] <= run.start]
+        if not made:
             return False
-        sid, claimed_at = claim
+        sid, claimed_at = made[-1]
         ended = self.session_ends.get(sid)
         if ended is None or ended > self.world.now:
             return False
@@ -262,7 +276,7 @@ class Cluster:
 
     def probe(self, track: JobTrack) -> None:
         available = any(self.available(m, track.job) for m in self.members)
-        track.probes.append(Probe(self.world.now, self.totals[track.job], available))
+        track.probes.append(Probe(self.world.now, self.total(track.job), available))
 
     def schedule_probes(self, start: float, end: float) -> None:
         for track in self.tracks:
@@ -312,6 +326,37 @@ class Cluster:
         for member in self.members:
             self.outage(member, length)
 
+    def lose_registry_data(self, length: float) -> None:
+        """The registry server restarts without its data (rebuilt, or restored from an old
+        backup), down for ``length``: every connection drops, every node and session is
+        gone, and the old sessions are refused. Each client gives up on its session 1.5
+        session timeouts after its connection dropped and registers anew (see
+        ``MemoryRegistry``); config and layout come back from the workers."""
+        self.ledger.fault("registry-lost-data", f"down for {length:.2f}s")
+        self.losses += 1
+        for sid in list(self.server._sessions):
+            self.session_ends.setdefault(sid, self.world.now)
+        self.server.set_up(False)
+        self.server.lose_data()
+
+        def back() -> None:
+            self.server.set_up(True)
+            self.ledger.disturbances.append(self.world.now)
+
+        self.world.at(self.world.now + length, back)
+        # The clients give up on their sessions then: they register anew, as new jobs.
+        gives_up = self.world.now + 1.5 * self.session_timeout
+        self.world.at(gives_up, lambda: self.ledger.disturbances.append(self.world.now))
+
+    def total(self, job: str) -> int:
+        """The job's item count; once the registry lost its data, the count of the config
+        the workers wrote again (a worker that had not seen the last change writes its own)."""
+        if self.losses:
+            stored = self.peek(JobPaths(job).config)
+            if stored is not None:
+                self.totals[job] = JobConfig.from_yaml(stored.decode(), job).sharding_total_count
+        return self.totals[job]
+
     def expire(self, member: Member) -> None:
         if member.node.phase is Phase.UP and member.inner._link_up:
             self.ledger.fault("expire", member.name)
@@ -329,6 +374,15 @@ class Cluster:
         self.ledger.fault("slow-answers", f"{member.name} {delay:.2f}s for {length:.2f}s")
         member.registry.answer_delay = delay
         self._undo_after(length, lambda: setattr(member.registry, "answer_delay", 0.0))
+
+    def slow_requests(self, member: Member, longest: float, length: float) -> None:
+        """For ``length``, each request the member sends without waiting (claims,
+        completions, misfire flags, layout commits) is applied 0.1 s to ``longest``
+        later, in the order sent, while the rest of the world goes on."""
+        self.ledger.fault("slow-requests", f"{member.name} up to {longest:.2f}s for {length:.2f}s")
+        rng = self.rng
+        member.registry.slow_requests(lambda: rng.uniform(0.1, longest))
+        self._undo_after(length, lambda: member.registry.slow_requests(None))
 
     def _undo_after(self, length: float, undo: Callable[[], None]) -> None:
         """A disturbance ends ``length`` from now; its end is a disturbance too."""
@@ -391,35 +445,47 @@ class Cluster:
 
     # -- operators --------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _console(self, what: str) -> Iterator[None]:
+        """An operator's console request: it fails while the registry is down."""
+        try:
+            yield
+        except RegistryError as exc:
+            self.ledger.note(f"OPERATOR {what} failed: {exc}")
+
     def shutdown(self, member: Member) -> None:
         """The console's shutdown: delete the instance's node in every job."""
         self.ledger.action("shutdown", member.name)
-        for job in self.jobs:
-            self.admin.delete(JobPaths(job.name).instance(member.name))
+        with self._console("shutdown"):
+            for job in self.jobs:
+                self.admin.delete(JobPaths(job.name).instance(member.name))
 
     def set_server(self, member: Member, enabled: bool) -> None:
         status = ServerStatus.ENABLED if enabled else ServerStatus.DISABLED
         self.ledger.action("enable" if enabled else "disable", member.ip)
-        for job in self.jobs:
-            self.admin.put(JobPaths(job.name).server(member.ip), status.encode())
+        with self._console("enable" if enabled else "disable"):
+            for job in self.jobs:
+                self.admin.put(JobPaths(job.name).server(member.ip), status.encode())
 
     def change_config(self, job: str, what: str, **changes: object) -> None:
         paths = JobPaths(job)
-        stored = self.admin.get(paths.config)
-        if stored is None:
-            return
-        config = JobConfig.from_yaml(stored.decode(), job).with_changes(**changes)
-        self.ledger.action(what, f"{job} {changes}")
-        self.admin.put(paths.config, config.to_yaml().encode())
-        self.totals[job] = config.sharding_total_count
+        with self._console(what):
+            stored = self.admin.get(paths.config)
+            if stored is None:
+                return
+            config = JobConfig.from_yaml(stored.decode(), job).with_changes(**changes)
+            self.ledger.action(what, f"{job} {changes}")
+            self.admin.put(paths.config, config.to_yaml().encode())
+            self.totals[job] = config.sharding_total_count
 
     def trigger(self, job: str) -> None:
         paths = JobPaths(job)
         self.ledger.action("trigger", job)
-        self.admin.delete(paths.triggers, recursive=True)
-        for instance in self.admin.children(paths.instances):
-            with contextlib.suppress(NodeExistsError):
-                self.admin.create(paths.trigger(instance))
+        with self._console("trigger"):
+            self.admin.delete(paths.triggers, recursive=True)
+            for instance in self.admin.children(paths.instances):
+                with contextlib.suppress(NodeExistsError):
+                    self.admin.create(paths.trigger(instance))
 
     def graceful_stop(self, member: Member) -> None:
         """``shardcron run`` on SIGTERM: stop firing, wait the grace, then exit; items

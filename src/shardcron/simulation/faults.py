@@ -9,6 +9,25 @@ expires the session, and the client learns it on reconnecting (EXPIRED, a new se
 CONNECTED). Expiry, cache lag and slow answers are driven by the scenario (see
 ``scenario.py``).
 
+Slow requests (:meth:`FaultyRegistry.slow_requests`): while a window is open, every
+request sent without waiting (``send_transaction``) is applied a drawn delay later, in
+the order sent (one TCP connection keeps a session's requests in order), and answered
+then; every other event of the world goes on meanwhile. A request still on its way when
+the connection drops or the session ends is never applied: it fails with
+:class:`ConnectionLostError`, as ZooKeeper fails the requests of a connection it lost.
+The coordination requests sent without waiting are those of the group commit
+(:mod:`shardcron.coordination.groupcommit`): claims, completions, misfire flags written
+and taken, and a layout's commit. Synchronous calls (``get``, ``stat``,
+``get_with_stats``, ``children``, ``create``, ``put``, ``delete``, ``transaction``,
+``server_time``, a cache's load) cannot let other events interleave in this
+single-threaded model: the caller would have to wait without the world moving on. They
+are applied at once, after the requests still on their way (the session's order holds),
+so these are never late: the registration, the election and its abdication, a layout's
+``processing`` node and a layout written in parts, failover claims, the leader's repairs
+of stale claims and its other sweep repairs, lease and instance writes, deregistration,
+and every read. Those races are checked by tests that make the registry late on purpose
+(``tests/test_late_repairs.py``).
+
 :func:`kind_of` names the coordination request kind from the ops it carries, so the
 systematic fault points (``tests/test_fault_points.py``) can aim at one kind exactly.
 """
@@ -16,6 +35,7 @@ systematic fault points (``tests/test_fault_points.py``) can aim at one kind exa
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -118,6 +138,17 @@ def kind_of(method: str, ops: Sequence[Op]) -> Kind:
     return Kind.OTHER
 
 
+@dataclass(eq=False)
+class Sent:
+    """A request sent without waiting, on its way while requests are slow."""
+
+    ops: Sequence[Op]
+    answer: Callable[[Answer], None]
+    session: int
+    link: int  # the connection it was sent on (MemoryRegistry.links)
+    done: bool = False
+
+
 @dataclass
 class Fault:
     """Break the first request matching ``kind`` (any kind if None); ``outage`` is how
@@ -150,15 +181,25 @@ class FaultyRegistry:
         # A slow link (see send_transaction): answers wait this long, and never overtake.
         self.answer_delay = 0.0
         self._answer_due = 0.0
+        # Slow requests (see slow_requests): the delay of each request sent, if a window
+        # is open; the requests on their way, in the order sent; when the last applies.
+        self.request_delay: Callable[[], float] | None = None
+        self._sent: deque[Sent] = deque()
+        self._apply_due = 0.0
+        self._applying = False
         self.on_break = on_break
         self.on_fault = on_fault
         self.faults: list[Fault] = []
         self.paused = False  # the ledger's own reads are never broken
-        self.claims: dict[int, tuple[int, float]] = {}  # fencing token -> (session, when)
+        # Fencing token -> (session, when) of each claim made with it: a registry that lost
+        # its data starts its transaction ids, so the tokens, over.
+        self.claims: dict[int, list[tuple[int, float]]] = {}
 
     # -- plumbing -------------------------------------------------------------------------
 
     def _call(self, method: str, ops: Sequence[Op], fn: Callable[[], T]) -> T:
+        if self._sent and not self.paused and not self._applying:
+            self._apply_sent(self._sent[-1])  # a session's requests apply in order
         if self.faults and not self.paused and self.inner._link_up:
             kind = kind_of(method, ops)
             for fault in self.faults:
@@ -180,7 +221,8 @@ class FaultyRegistry:
         ):
             for stat in result:
                 if isinstance(stat, Stat):
-                    self.claims[stat.mzxid] = (self.inner.session_id, self.clock())
+                    made = (self.inner.session_id, self.clock())
+                    self.claims.setdefault(stat.mzxid, []).append(made)
         return result
 
     @property
@@ -242,7 +284,12 @@ class FaultyRegistry:
         return self._call("transaction", ops, lambda: self.inner.transaction(ops))
 
     def send_transaction(self, ops: Sequence[Op], answer: Callable[[Answer], None]) -> None:
-        result = settle(lambda: self.transaction(ops))
+        if self.defer is not None and (self.request_delay is not None or self._sent):
+            self._send_slowly(ops, answer)
+            return
+        self._answer(settle(lambda: self.transaction(ops)), answer)
+
+    def _answer(self, result: Answer, answer: Callable[[Answer], None]) -> None:
         now = self.clock()
         if self.defer is None or (not self.answer_delay and self._answer_due <= now):
             answer(result)
@@ -250,6 +297,42 @@ class FaultyRegistry:
         # A slow link or a busy server: applied now, answered later, in the order sent.
         self._answer_due = max(now + self.answer_delay, self._answer_due)
         self.defer(self._answer_due, lambda: answer(result))
+
+    # -- slow requests ---------------------------------------------------------------------
+
+    def slow_requests(self, delay: Callable[[], float] | None) -> None:
+        """Open a window of slow requests (``delay`` draws each one's), or close it (None):
+        the requests on their way still apply when due."""
+        self.request_delay = delay
+
+    def _send_slowly(self, ops: Sequence[Op], answer: Callable[[Answer], None]) -> None:
+        assert self.defer is not None
+        sent = Sent(ops, answer, self.inner.session_id, self.inner.links)
+        self._sent.append(sent)
+        delay = self.request_delay() if self.request_delay is not None else 0.0
+        self._apply_due = max(self.clock() + delay, self._apply_due)
+        self.defer(self._apply_due, lambda: self._apply_sent(sent))
+
+    def _apply_sent(self, last: Sent) -> None:
+        """Apply the requests on their way up to ``last``, in the order sent, and answer."""
+        if last.done or self._applying:
+            return
+        self._applying = True
+        try:
+            while self._sent:
+                sent = self._sent.popleft()
+                sent.done = True
+                self._answer(self._apply_one(sent), sent.answer)
+                if sent is last:
+                    return
+        finally:
+            self._applying = False
+
+    def _apply_one(self, sent: Sent) -> Answer:
+        inner = self.inner
+        if inner.session_id != sent.session or inner.links != sent.link or not inner._link_up:
+            return ConnectionLostError("simulated: the connection was lost on the way")
+        return settle(lambda: self.transaction(sent.ops))
 
     def server_time(self, path: str) -> float:
         return self._call("server_time", [SetData(path, b"")], lambda: self.inner.server_time(path))
@@ -261,9 +344,13 @@ class FaultyRegistry:
         skip_data: Callable[[str], bool] | None = None,
         timeout: float = 15.0,
     ) -> TreeCache:
+        if self._sent:
+            self._apply_sent(self._sent[-1])
         return self.inner.tree_cache(path, listener, skip_data, timeout)
 
     def tree_caches(self, specs: Sequence[CacheSpec], timeout: float = 15.0) -> list[TreeCache]:
+        if self._sent:
+            self._apply_sent(self._sent[-1])
         return list(self.inner.tree_caches(specs, timeout))
 
     def lock(self, path: str) -> Lock:

@@ -35,6 +35,7 @@ class Run:
     # The session that made the claim ended while the item ran, or before it started while
     # its holder was stalled (so it could not know): see checks.py, I1.
     session_lost: bool = False
+    losses: int = 0  # times the registry had lost its data when it started (tokens restart)
 
 
 @dataclass(slots=True, frozen=True)

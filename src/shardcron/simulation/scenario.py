@@ -96,11 +96,18 @@ def _chaos_actions(
         "slow-answers": lambda: cluster.slow_answers(
             member, rng.uniform(0.1, 0.9), rng.uniform(1, 3)
         ),
+        # Half of them on the job's leader, whose layout commits are sent so too.
+        "slow-requests": lambda: cluster.slow_requests(
+            (rng.random() < 0.5 and cluster.leader(job)) or member,
+            rng.uniform(0.3, 1.5),
+            rng.uniform(1, 3),
+        ),
         "crash": lambda: cluster.crash(member),
         "stall": lambda: cluster.stall(member, timeout + rng.uniform(0.3, 1.5)),
         # A GC pause or a short SIGSTOP: the session survives it (see Cluster.stall).
         "pause": lambda: cluster.stall(member, rng.uniform(0.3, timeout * 0.8)),
         "registry-restart": lambda: cluster.restart_registry(rng.uniform(0.2, timeout * 0.8)),
+        "registry-lost-data": lambda: cluster.lose_registry_data(rng.uniform(0.2, timeout)),
         "shutdown": lambda: cluster.shutdown(member),
         "disable": lambda: _disable_for(cluster, member, rng.uniform(0.5, 4.0)),
         "failover": lambda: _toggle_failover(cluster, job),
@@ -169,7 +176,8 @@ def run(cluster: Cluster, chaos_end: float) -> Result:
     verdict.violations += checks.check_registry(
         ledger, alive, cluster.peek, cluster.kids, cluster.claimed_ahead
     )
-    verdict.violations += checks.check_layouts(available, cluster.totals, cluster.peek)
+    totals = {job.name: cluster.total(job.name) for job in cluster.jobs}
+    verdict.violations += checks.check_layouts(available, totals, cluster.peek)
     return Result(
         seed=-1,
         faults=ledger.faults,
