@@ -7,10 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # System packages: ZooKeeper (and Java) for the registry tests, Chromium for the console's
-# browser tests. A missing one is installed; if that fails, so does this script.
+# browser tests, SPIN and gcc for the model check of the claim protocol. A missing one is
+# installed; if that fails, so does this script.
 missing=()
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] && command -v java >/dev/null || missing+=(zookeeper)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v spin >/dev/null || missing+=(spin)
+command -v gcc >/dev/null || missing+=(gcc)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]} from Debian packages"
     export DEBIAN_FRONTEND=noninteractive
