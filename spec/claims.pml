@@ -292,6 +292,7 @@ inline apply_reshard() {
     code = OK
 }
 
+/* One request's ops, applied all or none (registry/contract.py:Registry.transaction). */
 inline apply(p) {
     if
     :: kind == CLAIM || kind == FCLAIM -> apply_claim(p)
@@ -299,11 +300,14 @@ inline apply(p) {
     :: kind == REPAIR -> apply_repair()
     :: kind == DROP -> apply_drop()
     :: kind == RESHARD -> apply_reshard()
-    :: kind == REGISTER -> lease[p] = true; code = OK; aver = s
-    :: kind == DELQ -> fq[i] = false; code = OK
+    :: kind == REGISTER -> lease[p] = true; code = OK; aver = s   /* runtime.py:JobRuntime.register */
+    :: kind == DELQ -> fq[i] = false; code = OK   /* healing.py:Healer._repair_job */
     fi
 }
 
+/* The registry takes the next request of session p's channel
+ * (registry/contract.py:Registry.send_transaction). The printf lines show in a trail:
+ * spin -t claims.pml. */
 inline serve(p) {
     atomic {
         rq[p]?kind, s, i, v, t, x ->
