@@ -55,9 +55,10 @@
  *   -DCOUNTS=2  the count raised back: a dropped item node comes back at version 0, and a
  *               late completion or repair matches a new claim's version (I2, and with
  *               -DNO_I2, I1)
- *   -DFIRES=2   a process back with the same id settles a claim whose answer was lost on
- *               its earlier session's running (claims.py:settle), which the leader is
- *               repairing (I1)
+ *   -DFIRES=2   a claim sent on a new session before the instance's heal for it, its
+ *               answer lost, is settled on the running of an earlier session with the
+ *               same id (claims.py:settle) that the leader is repairing (I1); with
+ *               -DHEAL_FIRST (fires after their connection's heal) it holds
  * Other switches: -DNO_I2, -DSTRICT_I3, -DHEAL_FIRST (fires wait for their connection's
  * heal).
  */
