@@ -7,12 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # System packages: ZooKeeper (and Java) for the registry tests, Chromium for the console's
-# browser tests, a C compiler for the shim that steps a worker's wall clock
-# (tests/clockshim.c). A missing one is installed; if that fails, so does this script.
+# browser tests, SPIN and a C compiler for the model check of the claim protocol
+# (spec/claims.pml) and for the shim that steps a worker's wall clock (tests/clockshim.c).
+# A missing one is installed; if that fails, so does this script.
 missing=()
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] && command -v java >/dev/null || missing+=(zookeeper)
 command -v chromium >/dev/null || missing+=(chromium)
-command -v cc >/dev/null || missing+=(gcc)
+command -v spin >/dev/null || missing+=(spin)
+command -v gcc >/dev/null || missing+=(gcc)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]} from Debian packages"
     export DEBIAN_FRONTEND=noninteractive
