@@ -50,15 +50,13 @@
  *   DEFECT_REPAIR_READS_RUNNING_FIRST  repair reads running before the item node
  *   DEFECT_CLAIM_WITHOUT_LEASE     claim without Check(lease)
  *   DEFECT_DROP_WITH_CLAIM         count lowering deletes an item with its claim
+ *   DEFECT_SETTLE_ANY_SESSION      a claim whose answer was lost settled on any running
+ *                                  naming its instance, an earlier session's too
  *
  * Known gaps SPIN finds in the protocol (docs/guarantees.md, "What is not promised yet"):
  *   -DCOUNTS=2  the count raised back: a dropped item node comes back at version 0, and a
  *               late completion or repair matches a new claim's version (I2, and with
  *               -DNO_I2, I1)
- *   -DFIRES=2   a claim sent on a new session before the instance's heal for it, its
- *               answer lost, is settled on the running of an earlier session with the
- *               same id (claims.py:settle) that the leader is repairing (I1); with
- *               -DHEAL_FIRST (fires after their connection's heal) it holds
  * Other switches: -DNO_I2, -DSTRICT_I3, -DHEAL_FIRST (fires wait for their connection's
  * heal).
  */
@@ -134,6 +132,7 @@ byte own[NITEMS];
 byte fo[NITEMS];
 bool fq[NITEMS];
 bool lease[NI + 1];
+byte lz[NI + 1];        /* the zxid when the lease was created: its czxid */
 byte sess[NI + 1];      /* current session number of each instance (the leader's is 1) */
 bool live[NI + 1];      /* that session lives */
 byte zxid;              /* counts claims: their fencing tokens */
@@ -154,7 +153,7 @@ chan an[NI + 1] = [QCAP] of { byte, byte, byte, byte, byte };        /* kind ite
 /* A session ends: its ephemerals go (src/shardcron/registry/contract.py: Registry.close). */
 inline end_session(p) {
     live[p] = false;
-    lease[p] = false;
+    lease[p] = false; lz[p] = 0;
     for (k : 0 .. NITEMS - 1) {
         if
         :: fo[k] == p -> fo[k] = 0
@@ -301,7 +300,7 @@ inline apply(p) {
     :: kind == REPAIR -> apply_repair()
     :: kind == DROP -> apply_drop()
     :: kind == RESHARD -> apply_reshard()
-    :: kind == REGISTER -> lease[p] = true; code = OK; aver = s   /* runtime.py:JobRuntime.register */
+    :: kind == REGISTER -> lease[p] = true; lz[p] = zxid; code = OK; aver = s   /* runtime.py:JobRuntime.register */
     :: kind == DELQ -> fq[i] = false; code = OK   /* healing.py:Healer._repair_job */
     fi
 }
@@ -390,11 +389,18 @@ inline forget(i) {
     st[i] = IDLE; cv[i] = 0; ct[i] = 0; cs[i] = 0; fov[i] = false; xc[i] = 0
 }
 
-/* claims.py:settle: the claim went through if running names this instance and the
- * session that sent it lives on; then it runs (Firing.resolve -> dispatch). */
+/* claims.py:settle: the claim went through if the session that sent it lives on, and
+ * running names this instance and was created after this session's lease (a claim
+ * checks the lease: one before it is an earlier session's); then it runs
+ * (Firing.resolve -> dispatch). */
+#ifdef DEFECT_SETTLE_ANY_SESSION
+#define SETTLED(i) (running[i] == p)
+#else
+#define SETTLED(i) (lease[p] && running[i] == p && rtok[i] > lz[p])
+#endif
 inline settle(i) {
     if
-    :: cs[i] == sess[p] && running[i] == p -> ct[i] = rtok[i]; cv[i] = ver[i]; start(i)
+    :: cs[i] == sess[p] && SETTLED(i) -> ct[i] = rtok[i]; cv[i] = ver[i]; start(i)
     :: else -> forget(i)
     fi
 }

@@ -5,7 +5,8 @@ expired sessions, and every run must keep the model's assertions.
 
 A model that cannot fail checks nothing: the same model with a known defect switched on
 (a completion or repair not conditional on what it read, a claim without its lease
-check, a count lowering that deletes a claim) must make SPIN report a violation.
+check, a count lowering that deletes a claim, a lost claim answer settled on an earlier
+session's claim) must make SPIN report a violation.
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ import pytest
 SPEC = Path(__file__).resolve().parent.parent / "spec" / "claims.pml"
 
 # Small configurations (macros of the model, see its header), each searched exhaustively
-# in well under a minute on one core: each has a crash or an expiry, all but the last a
-# lost request or answer too. QCAP=1: one request in flight per instance.
+# in well under a minute on one core: each has a crash or an expiry, all but the one so
+# named a lost request or answer too. QCAP=1: one request in flight per instance.
 CONFIGS = {
     "2 instances, 1 item": [],
     "3 instances, 1 item": ["-DNI=3", "-DQCAP=1"],
     "2 instances, 1 item beyond a lowered count": ["-DCOUNTS=1", "-DQCAP=1"],
     "2 instances, 2 items, no lost request": ["-DNITEMS=2", "-DFAULTS=0"],
+    # An instance whose session expired fires again on its new session while its old
+    # claim is being repaired (no new layout: the item fails over).
+    "2 instances, 1 item, 2 fires each, no resharding": ["-DFIRES=2", "-DRESHARDS=0"],
 }
 
 # A defect, the configuration it shows in, and the start of the assertion it breaks.
@@ -43,6 +47,11 @@ DEFECTS = {
         "DROP_WITH_CLAIM",
         CONFIGS["2 instances, 1 item beyond a lowered count"],
         I2,
+    ),
+    "lost claim answer settled on an earlier session's running": (
+        "SETTLE_ANY_SESSION",
+        CONFIGS["2 instances, 1 item, 2 fires each, no resharding"],
+        I1,
     ),
 }
 

@@ -274,6 +274,18 @@ MUTATIONS = [
             )
         ],
     ),
+    Mutation(
+        "a claim whose answer was lost is settled on an earlier session's running",
+        "coordination/claims.py",
+        "            and running.czxid > lease.czxid\n",
+        "",
+        [
+            named(
+                "test_claim_settle.py",
+                "test_a_claim_of_the_new_session_is_not_settled_on_the_old_sessions_running",
+            )
+        ],
+    ),
 ]
 
 

@@ -257,14 +257,26 @@ def settle(
     back. A claim of an earlier session is not ours to run: that session ended, and its
     ``running`` nodes are repaired as any dead session's. Within one session this
     instance never claims an item its own earlier claim still holds, so a ``running``
-    that names it is this claim's."""
+    that names it and was created in this session is this claim's.
+
+    A ``running`` naming this instance may be an earlier session's (same id, its own
+    sweep not done yet, the leader repairing it): a claim passes only with this
+    session's lease, so one of this session is created after the lease, and an earlier
+    session's before it. No lease of this session: nothing of it can have gone through."""
     if session != registry.session_id:
+        return Claim(items=[])
+    lease = registry.stat(paths.lease(instance))
+    if lease is None or lease.ephemeral_owner != session:
         return Claim(items=[])
     me = instance.encode()
     mine, token = [], 0
     for item in items:
         running = registry.stat(paths.running(item))
-        if running is not None and registry.get(paths.running(item)) == me:
+        if (
+            running is not None
+            and running.czxid > lease.czxid
+            and registry.get(paths.running(item)) == me
+        ):
             mine.append(item)
             token = running.czxid
     versions = {}
