@@ -33,7 +33,7 @@ from shardcron.coordination.firetimer import FireTimer, TimedJob
 from shardcron.coordination.idleflag import IdleFlag
 from shardcron.coordination.inflight import Fire, Lanes
 from shardcron.coordination.layoutwait import LayoutWait
-from shardcron.coordination.localitems import LocalItems
+from shardcron.coordination.localitems import DISABLED, LocalItems
 from shardcron.coordination.misfires import FAILED_OVER, MISSED, MisfiredJob, Misfires
 from shardcron.errors import RegistryError, ShardcronError, TransactionError
 from shardcron.model import (
@@ -46,6 +46,9 @@ from shardcron.model import (
 from shardcron.registry import Op, SetData
 
 log = logging.getLogger(__name__)
+
+# Why a fire's items are skipped when the read of the items it gained failed.
+READ_LOST = "registry connection lost while reading the items this instance took over"
 
 
 class FiringJob(MisfiredJob, TimedJob, deregistration.Departing, Protocol):
@@ -98,6 +101,12 @@ class Firing:
     def waiting(self) -> bool:
         """A fire waits for a resharding."""
         return self.layout.waiting
+
+    @property
+    def first_fire(self) -> float:
+        """The second of the first fire a layout written now is for: the one waiting for
+        it, else the next one armed (now, if none is)."""
+        return self.layout.when or self.timer.armed or self.rt.host.now()
 
     def run_pending(self) -> None:
         """Run the fire that waits for a resharding, if its layout is in (see
@@ -216,14 +225,26 @@ class Firing:
                 if self.rt.is_leader():
                     self.rt.resharder.reshard()
                 return
+            barred = self.items.barred()
+            if barred is not None:
+                # Not a misfire when an operator disabled the server: not meant to run here.
+                again = barred != DISABLED
+                self.misfires.skip(self.items.mine(only), barred, when, again, source)
+                return
             items, held = self.items.to_fire(only)
             normal = source is ExecutionSource.NORMAL_TRIGGER and self.rt.config.monitor_execution
             gained = self.items.take_inherited(items + held) if normal else []
             if gained or (normal and after_layout and self.items.take_owner_left()):
                 others = items if after_layout else None
-                ran = inherited.record(
-                    self.rt, self.rt.trigger, self.misfires, gained, when, others
-                )
+                try:
+                    ran = inherited.record(
+                        self.rt, self.rt.trigger, self.misfires, gained, when, others
+                    )
+                except RegistryError:
+                    # Nothing of this fire is claimed yet: say so, and read them next time.
+                    self.items.give_back(gained)
+                    self.misfires.skip(sorted(items + held), READ_LOST, when, source=source)
+                    raise
                 items = [i for i in items if i not in ran]
             self.misfires.skip(held, FAILED_OVER, when, source=source)
             busy = [i for i in items if i in self._reserved]
@@ -281,6 +302,9 @@ class Firing:
         the wall clock stepped forward): its items are recorded as skipped and, with
         misfire, run once more."""
         if self.rt.stopped:
+            return
+        if self.items.barred() is not None:  # nobody else runs them until the next layout
+            self.misfires.skip(self.items.mine(), MISSED, when)
             return
         items, held = self.items.to_fire(None)
         self.misfires.skip(sorted(items + held), MISSED, when)

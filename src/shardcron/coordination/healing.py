@@ -328,6 +328,7 @@ class Healer:
                 ops.append(Create(paths.misfire(item)))
         if not self._try(ops, f"repair of item {item}"):
             return False  # raced: the next heal looks again
+        inherited.record_held(rt, rt.trigger, rt.firing.misfires, item, item_node[0])
         inherited.record_missed(rt, rt.trigger, rt.firing.misfires, {item: item_node[0]}, now)
         return True
 
@@ -341,7 +342,9 @@ class Healer:
         if "running" in children:
             return
         ops: list[Op] = [Delete(f"{path}/{child}") for child in children]
-        self._try([*ops, Delete(path)], f"removal of item {item} beyond the count")
+        stamps = inherited.stamps_of(rt, [item])  # gone with the node: read first
+        if self._try([*ops, Delete(path)], f"removal of item {item} beyond the count"):
+            inherited.record_dropped(rt, rt.trigger, rt.firing.misfires, stamps)
 
     def _repair_job(self, found: Findings) -> None:
         rt = self.rt

@@ -56,6 +56,11 @@ class LayoutWait:
     def waiting(self) -> bool:
         return self._waiting is not None
 
+    @property
+    def when(self) -> float | None:
+        """The second of the fire that waits (None: none does)."""
+        return None if self._waiting is None else self._waiting.when
+
     def clear(self) -> None:
         self._waiting = None
 

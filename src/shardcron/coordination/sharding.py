@@ -34,9 +34,9 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from shardcron.coordination import membership
+from shardcron.coordination import claims, inherited, membership
 from shardcron.coordination.events import Resharded
 from shardcron.coordination.job import JobState
 from shardcron.coordination.paths import JobPaths
@@ -53,6 +53,10 @@ from shardcron.registry import (
     op_bytes,
     prefix_bytes,
 )
+
+if TYPE_CHECKING:
+    from shardcron.coordination.misfires import Misfires
+    from shardcron.schedule.trigger import CronTrigger
 
 log = logging.getLogger(__name__)
 
@@ -155,13 +159,18 @@ def plan(
     paths: JobPaths,
     total: int,
     assignment: dict[str, list[int]],
+    since: bytes = b"",
 ) -> list[Op]:
-    """The ops that make the registry hold ``assignment`` (flag deletions not included)."""
+    """The ops that make the registry hold ``assignment`` (flag deletions not included).
+    An item node made here holds ``since``: the stamp (see
+    :func:`shardcron.coordination.claims.stamp`) of the moment before the layout's first
+    fire. An owner that dies before it ever claims the item leaves that stamp to the next
+    owner, who records the fires it missed (:mod:`shardcron.coordination.inherited`)."""
     ops: list[Op] = [] if cache.exists(paths.sharding) else [Create(paths.sharding)]
     for instance, items in sorted(assignment.items()):
         for item in items:
             if not cache.exists(paths.item(item)):
-                ops.append(Create(paths.item(item)))
+                ops.append(Create(paths.item(item), since))
             # Unchanged owners are not rewritten: every write wakes every instance.
             current = cache.get(paths.item_instance(item))
             if current is None:
@@ -217,12 +226,17 @@ class Resharding:
     layout needs several transactions; :func:`write` writes those."""
 
     def __init__(
-        self, cache: TreeCache, paths: JobPaths, total: int, assignment: dict[str, list[int]]
+        self,
+        cache: TreeCache,
+        paths: JobPaths,
+        total: int,
+        assignment: dict[str, list[int]],
+        since: bytes = b"",
     ) -> None:
         self.assignment = assignment
         self._ops: list[Op] = [
             Create(paths.sharding_processing, ephemeral=True),
-            *plan(cache, paths, total, assignment),
+            *plan(cache, paths, total, assignment, since),
             Delete(paths.sharding_necessary),
             Delete(paths.sharding_processing),
         ]
@@ -259,14 +273,16 @@ def write(
     paths: JobPaths,
     total: int,
     assignment: dict[str, list[int]],
+    since: bytes = b"",
 ) -> dict[str, list[int]] | None:
     """Write ``assignment`` in as many transactions as it takes, under ``processing``;
-    None if another session is sharding (or the cache was behind: the flag stays)."""
+    None if another session is sharding (or the cache was behind: the flag stays).
+    ``since``: see :func:`plan`."""
     try:
         registry.create(paths.sharding_processing, ephemeral=True)
     except NodeExistsError:
         return None
-    ops = plan(cache, paths, total, assignment)
+    ops = plan(cache, paths, total, assignment, since)
     finish: list[Op] = [Delete(paths.sharding_necessary), Delete(paths.sharding_processing)]
     try:
         _commit_in_chunks(registry, ops, finish)
@@ -332,6 +348,15 @@ class _Fires(Protocol):
         """A fire waits for a resharding."""
         ...
 
+    @property
+    def misfires(self) -> Misfires: ...
+
+    @property
+    def first_fire(self) -> float:
+        """The second of the first fire a layout written now is for: the one waiting for
+        it, else the next one armed (now, if none is)."""
+        ...
+
     def run_pending(self) -> None:
         """Run the fire that waited for the resharding."""
         ...
@@ -354,6 +379,9 @@ class ReshardedJob(JobState, Protocol):
 
     @property
     def healer(self) -> _Heals: ...
+
+    @property
+    def trigger(self) -> CronTrigger | None: ...
 
 
 class Resharder:
@@ -392,14 +420,39 @@ class Resharder:
             set_flag(rt.registry, paths)  # the commit deletes it: it must exist
         assignment = assign(paths, total, available, strategy)
         planned = (frozenset(available), total)
-        request = Resharding(cache, paths, total, assignment)
+        since = self._since(total)
+        request = Resharding(cache, paths, total, assignment, since)
         if not request.fits(rt.registry):
-            written = write(rt.registry, cache, paths, total, assignment)
+            written = write(rt.registry, cache, paths, total, assignment, since)
             if written is not None:
                 self._resharded(written, planned)
             return
         self._resharding = True
         rt.commits.submit(request, lambda error: self._committed(request, planned, error))
+
+    def _since(self, total: int) -> bytes:
+        """The stamp of the item nodes a layout makes (see :func:`plan`): the moment before
+        its first fire. Items a raised count adds have been due since the count changed
+        (the config node's last write), and nobody ran them: from then. Items a lowered
+        count drops take their stamps with them: the fires their owner missed before the
+        change are recorded here. One read or two, only when the count changed."""
+        rt = self.rt
+        since = rt.firing.first_fire
+        cache, paths = rt.cache, rt.paths
+        if not has_sharding(cache, paths):
+            return claims.stamp(since - claims.UNRUN_SECONDS)
+        added = not all(cache.exists(paths.item(i)) for i in range(total))
+        dropped = [
+            int(name)
+            for name in cache.children(paths.sharding)
+            if name.isdigit() and int(name) >= total
+        ]
+        if added:
+            since = min(since, inherited.count_changed(rt) or since)
+        if dropped:
+            stamps = inherited.stamps_of(rt, dropped)
+            inherited.record_dropped(rt, rt.trigger, rt.firing.misfires, stamps)
+        return claims.stamp(since - claims.UNRUN_SECONDS)
 
     def outdated(self) -> bool:
         """The last layout this leader wrote was planned for other instances or another
