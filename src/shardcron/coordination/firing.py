@@ -47,6 +47,8 @@ from shardcron.registry import Op, SetData
 
 log = logging.getLogger(__name__)
 
+# Why a stop hands a fire's items back unrun.
+STOPPED = "this instance stopped before the items started"
 # Why a fire's items are skipped when the read of the items it gained failed.
 READ_LOST = "registry connection lost while reading the items this instance took over"
 
@@ -86,6 +88,7 @@ class Firing:
         self._unsure: list[Fire] = []  # claims whose answer was lost
         self._unfinished: list[Fire] = []  # completions whose answer was lost
         self._claiming: list[Fire] = []  # claims sent with the tick's group commit
+        self._latest = 0.0  # the second of the latest fire here (see fire)
         self._completing: list[Fire] = []  # completions sent likewise
         self.layout = LayoutWait(rt, self)
         self._clock = ClockCheck(rt.name, rt.registry, rt.paths.system_time, rt.host.now)
@@ -101,6 +104,11 @@ class Firing:
     def waiting(self) -> bool:
         """A fire waits for a resharding."""
         return self.layout.waiting
+
+    @property
+    def latest(self) -> float:
+        """The second of the latest fire of the timer here (0: none yet)."""
+        return self._latest
 
     @property
     def first_fire(self) -> float:
@@ -143,7 +151,7 @@ class Firing:
             if fire in self._unsure or fire in self._claiming:
                 continue  # a claim still in flight is completed when it returns
             if fire.context is None or (fire.gate is not None and fire.gate.cancel()):
-                self.complete(fire)
+                self.hand_back(fire)
         self._let_go_of_unsure()
 
     def _let_go_of_unsure(self) -> None:
@@ -178,7 +186,7 @@ class Firing:
                 self._release([i for i in fire.items if i not in applied.items])
                 fire.claim, fire.items = applied, applied.items
                 if self.rt.stopped:
-                    self.complete(fire)  # stopping: hand it back, as a claim made ahead
+                    self.hand_back(fire)  # stopping: as a claim made ahead
                 else:
                     self.dispatch(fire)  # it went through: run it, late, as its fire's run
             else:
@@ -212,6 +220,9 @@ class Firing:
         when = self.rt.host.now() if start_at is None else start_at
         if self.rt.stopped:
             return
+        if self.rt.suspended and self.layout.waiting:
+            self.layout.add(when, source, only)  # it runs, or is recorded, with the layout
+            return
         if self.rt.suspended:
             lost = "registry connection lost"
             self.misfires.skip(self.items.mine(only), lost, when, source=source)
@@ -232,8 +243,16 @@ class Firing:
                 self.misfires.skip(self.items.mine(only), barred, when, again, source)
                 return
             items, held = self.items.to_fire(only)
-            normal = source is ExecutionSource.NORMAL_TRIGGER and self.rt.config.monitor_execution
-            gained = self.items.take_inherited(items + held) if normal else []
+            monitored = self.rt.config.monitor_execution
+            normal = source is ExecutionSource.NORMAL_TRIGGER and monitored
+            # A misfire re-run's claim stamps the moment it runs: the fires before it that
+            # nobody ran are read from the stamp it overwrites. A fire older than the
+            # latest one here (one that followed a run) leaves the read to the next: the
+            # fires between them were handled here with the layout before.
+            own = source is not ExecutionSource.FAILOVER and monitored and when >= self._latest
+            if source is ExecutionSource.NORMAL_TRIGGER:
+                self._latest = max(self._latest, when)
+            gained = self.items.take_inherited(items + held) if own else []
             if gained or (normal and after_layout and self.items.take_owner_left()):
                 others = items if after_layout else None
                 try:
@@ -376,7 +395,7 @@ class Firing:
             if fire.claim.versions:
                 self.rt.commits.claimed()
             if self.rt.stopped:
-                self.complete(fire)  # stopped while the claim was in flight: hand it back
+                self.hand_back(fire)  # stopped while the claim was in flight
             else:
                 self._claimed(fire)
 
@@ -480,6 +499,14 @@ class Firing:
             return lambda: not self.rt.stopped
         # A partial (see _claim_and_run): every item of a fire in flight carries one.
         return functools.partial(claims.is_current, self.rt.registry, self.rt.paths, item, token)
+
+    def hand_back(self, fire: Fire) -> None:
+        """A stop hands back ``fire`` before its items started: recorded, then completed.
+        The instance that gets them runs the fire's next ones."""
+        if fire.source is not ExecutionSource.FAILOVER:
+            unrun = [i for i in fire.items if i not in fire.started]
+            self.misfires.skip(unrun, STOPPED, fire.when, misfire=False, source=fire.source)
+        self.complete(fire)
 
     def complete(self, fire: Fire) -> None:
         """All items returned: the ``after`` listeners and the fire's status, then remove

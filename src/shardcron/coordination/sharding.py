@@ -395,6 +395,12 @@ class Resharder:
         self._resharding = False  # a resharding is in the group commit
         self._planned: tuple[frozenset[str], int] | None = None  # the last layout's inputs
         self.first_layout = FirstLayout(rt.joins)
+        # When this instance saw the count grow since the last layout it wrote (see _since).
+        self._grown_at: float | None = None
+
+    def count_grew(self, at: float) -> None:
+        """The cache showed a higher ``shardingTotalCount`` at ``at``."""
+        self._grown_at = at if self._grown_at is None else min(self._grown_at, at)
 
     def reshard(self) -> None:
         rt = self.rt
@@ -432,8 +438,9 @@ class Resharder:
 
     def _since(self, total: int) -> bytes:
         """The stamp of the item nodes a layout makes (see :func:`plan`): the moment before
-        its first fire. Items a raised count adds have been due since the count changed
-        (the config node's last write), and nobody ran them: from then. Items a lowered
+        its first fire. Items a raised count adds have been due since the count grew (as
+        this instance saw it, or the config node's last write if sooner), and nobody ran
+        them: from then. Items a lowered
         count drops take their stamps with them: the fires their owner missed before the
         change are recorded here. One read or two, only when the count changed."""
         rt = self.rt
@@ -447,8 +454,9 @@ class Resharder:
             for name in cache.children(paths.sharding)
             if name.isdigit() and int(name) >= total
         ]
-        if added:
-            since = min(since, inherited.count_changed(rt) or since)
+        if added:  # seen grow here, or written since (a later change may hide the raise)
+            grown = self._grown_at if self._grown_at is not None else since
+            since = min(since, grown, inherited.count_changed(rt) or since)
         if dropped:
             stamps = inherited.stamps_of(rt, dropped)
             inherited.record_dropped(rt, rt.trigger, rt.firing.misfires, stamps)
@@ -517,6 +525,7 @@ class Resharder:
         rt = self.rt
         rt.reshard_due = False
         self._planned = planned
+        self._grown_at = None
         if self._inputs() != planned:
             rt.healer.soon()  # an instance came or went meanwhile: flag again
         layout = {i: owner for owner, items in assignment.items() for i in items}
