@@ -146,6 +146,9 @@ class Claims:
 
     def __init__(self, rt: JobState, firing: ClaimsFiring) -> None:
         self.rt, self.firing = rt, firing
+        # When the cache first showed each queued item: about when the repair that queued
+        # it recorded the fires before it (see _claim).
+        self._seen: dict[int, float] = {}
 
     def claim(self, phase: int) -> None:
         """Claim queued items: own share first, then, after a grace, the rest."""
@@ -155,6 +158,8 @@ class Claims:
         if not membership.server_enabled(cache, paths, self.rt.ip):
             return
         queue = [i for i in queued(cache, paths) if i < cfg.sharding_total_count]
+        now = self.rt.host.now()
+        self._seen = {i: self._seen.get(i, now) for i in queue}
         if not queue:
             return
         available = membership.available_instances(cache, paths)
@@ -195,8 +200,8 @@ class Claims:
             [item],
             instance,
             # The repair that queued it recorded the fires before (see healing): the fires
-            # from now on are the next owner's to account for.
-            when=claims.stamp(self.rt.host.now()),
+            # since are the next owner's to account for (nobody ran them meanwhile).
+            when=claims.stamp(self._seen.get(item, self.rt.host.now())),
             extra=claim_ops(paths, item, instance),
             trust_cache=False,
         )

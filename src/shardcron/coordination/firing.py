@@ -89,6 +89,7 @@ class Firing:
         self._unfinished: list[Fire] = []  # completions whose answer was lost
         self._claiming: list[Fire] = []  # claims sent with the tick's group commit
         self._latest = 0.0  # the second of the latest fire here (see fire)
+        self._prior = 0.0  # and of the one before it
         self._completing: list[Fire] = []  # completions sent likewise
         self.layout = LayoutWait(rt, self)
         self._clock = ClockCheck(rt.name, rt.registry, rt.paths.system_time, rt.host.now)
@@ -109,6 +110,10 @@ class Firing:
     def latest(self) -> float:
         """The second of the latest fire of the timer here (0: none yet)."""
         return self._latest
+
+    def fired_before(self, second: float) -> float:
+        """The second of the latest fire here before ``second`` (0: none)."""
+        return self._latest if self._latest < second else self._prior
 
     @property
     def first_fire(self) -> float:
@@ -220,6 +225,9 @@ class Firing:
         when = self.rt.host.now() if start_at is None else start_at
         if self.rt.stopped:
             return
+        latest = self._latest
+        if source is ExecutionSource.NORMAL_TRIGGER and not after_layout and when > latest:
+            self._prior, self._latest = latest, when  # handled here, whatever becomes of it
         if self.rt.suspended and self.layout.waiting:
             self.layout.add(when, source, only)  # it runs, or is recorded, with the layout
             return
@@ -249,9 +257,7 @@ class Firing:
             # nobody ran are read from the stamp it overwrites. A fire older than the
             # latest one here (one that followed a run) leaves the read to the next: the
             # fires between them were handled here with the layout before.
-            own = source is not ExecutionSource.FAILOVER and monitored and when >= self._latest
-            if source is ExecutionSource.NORMAL_TRIGGER:
-                self._latest = max(self._latest, when)
+            own = source is not ExecutionSource.FAILOVER and monitored and when >= latest
             gained = self.items.take_inherited(items + held) if own else []
             if gained or (normal and after_layout and self.items.take_owner_left()):
                 others = items if after_layout else None

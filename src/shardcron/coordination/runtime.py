@@ -420,8 +420,6 @@ class JobRuntime:
         if (new.cron, new.time_zone) != (old.cron, old.time_zone):
             self.trigger = _trigger(new)
             self.firing.timer.arm()
-        if new.sharding_total_count > old.sharding_total_count:
-            self.resharder.count_grew(self.host.now())
         if new.sharding_total_count != old.sharding_total_count and self.is_leader():
             self.flag_resharding(force=True)
         self.healer.heal()

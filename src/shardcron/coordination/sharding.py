@@ -357,6 +357,10 @@ class _Fires(Protocol):
         it, else the next one armed (now, if none is)."""
         ...
 
+    def fired_before(self, second: float) -> float:
+        """The second of the latest fire here before ``second`` (0: none)."""
+        ...
+
     def run_pending(self) -> None:
         """Run the fire that waited for the resharding."""
         ...
@@ -395,12 +399,6 @@ class Resharder:
         self._resharding = False  # a resharding is in the group commit
         self._planned: tuple[frozenset[str], int] | None = None  # the last layout's inputs
         self.first_layout = FirstLayout(rt.joins)
-        # When this instance saw the count grow since the last layout it wrote (see _since).
-        self._grown_at: float | None = None
-
-    def count_grew(self, at: float) -> None:
-        """The cache showed a higher ``shardingTotalCount`` at ``at``."""
-        self._grown_at = at if self._grown_at is None else min(self._grown_at, at)
 
     def reshard(self) -> None:
         rt = self.rt
@@ -438,29 +436,33 @@ class Resharder:
 
     def _since(self, total: int) -> bytes:
         """The stamp of the item nodes a layout makes (see :func:`plan`): the moment before
-        its first fire. Items a raised count adds have been due since the count grew (as
-        this instance saw it, or the config node's last write if sooner), and nobody ran
-        them: from then. Items a lowered
-        count drops take their stamps with them: the fires their owner missed before the
-        change are recorded here. One read or two, only when the count changed."""
+        its first fire. Items a raised count adds have been due since the count grew (the
+        config node's last write, or this instance's fire before this layout's if sooner:
+        a pause may have hidden the raise; a record too many at most), and nobody ran
+        them: from then. Items a lowered count drops take their stamps with them: the fires
+        nobody ran of them, up to the change, are recorded here. A read or two, only when
+        the count changed."""
         rt = self.rt
-        since = rt.firing.first_fire
+        first = rt.firing.first_fire
         cache, paths = rt.cache, rt.paths
         if not has_sharding(cache, paths):
-            return claims.stamp(since - claims.UNRUN_SECONDS)
+            return claims.stamp(first - claims.UNRUN_SECONDS)
         added = not all(cache.exists(paths.item(i)) for i in range(total))
         dropped = [
             int(name)
             for name in cache.children(paths.sharding)
             if name.isdigit() and int(name) >= total
         ]
-        if added:  # seen grow here, or written since (a later change may hide the raise)
-            grown = self._grown_at if self._grown_at is not None else since
-            since = min(since, grown, inherited.count_changed(rt) or since)
+        if not (added or dropped):
+            return claims.stamp(first - claims.UNRUN_SECONDS)
+        changed = inherited.count_changed(rt)
+        grown = min(first, changed or first)
+        if before := rt.firing.fired_before(first):
+            grown = min(grown, before)
         if dropped:
             stamps = inherited.stamps_of(rt, dropped)
             inherited.record_dropped(rt, rt.trigger, rt.firing.misfires, stamps)
-        return claims.stamp(since - claims.UNRUN_SECONDS)
+        return claims.stamp((grown if added else first) - claims.UNRUN_SECONDS)
 
     def outdated(self) -> bool:
         """The last layout this leader wrote was planned for other instances or another
@@ -525,7 +527,7 @@ class Resharder:
         rt = self.rt
         rt.reshard_due = False
         self._planned = planned
-        self._grown_at = None
+
         if self._inputs() != planned:
             rt.healer.soon()  # an instance came or went meanwhile: flag again
         layout = {i: owner for owner, items in assignment.items() for i in items}
