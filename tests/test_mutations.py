@@ -126,6 +126,78 @@ MUTATIONS = [
         ["--seed", "5294"],  # found by the CI seed budget (I3: the job stops firing)
     ),
     Mutation(
+        "an item whose owner dies before claiming it leaves no stamp",
+        "coordination/sharding.py",
+        "                ops.append(Create(paths.item(item), since))",
+        "                ops.append(Create(paths.item(item)))",
+        ["--seed", "667"],  # I2: the dead first owner's item-fire is lost silently
+    ),
+    Mutation(
+        "the fire a dead owner's claim was for is not recorded",
+        "coordination/healing.py",
+        "        inherited.record_held(rt, rt.trigger, rt.firing.misfires, item, item_node[0])\n",
+        "",
+        ["--seed", "2761"],
+    ),
+    Mutation(
+        "fires missed in a stall are dropped once the instance is not registered",
+        "coordination/firing.py",
+        "            self.misfires.skip(self.items.mine(), MISSED, when)\n            return\n",
+        "            return\n",
+        ["--seed", "943"],
+    ),
+    Mutation(
+        "a gained item's stamp is read only when an owner left",
+        "coordination/localitems.py",
+        "                # Any gain: its owner before may have been cut off, or have handled the\n"
+        "                # fire with the layout before this one (it fired ahead of the new layout).\n"
+        "                self._inherited.update(set(mine).difference(self._read[1]))",
+        "                    self._inherited.update(set(mine).difference(self._read[1]))",
+        ["--seed", "1355"],
+    ),
+    Mutation(
+        "a fire whose read of taken-over items fails is dropped",
+        "coordination/firing.py",
+        "                    self.misfires.skip(sorted(items + held), READ_LOST, when, source=source)\n",
+        "",
+        ["--seed", "1384"],
+    ),
+    Mutation(
+        "an item dropped by a lowered count takes its owner's missed fires with it",
+        "coordination/healing.py",
+        "            inherited.record_dropped(rt, rt.trigger, rt.firing.misfires, stamps)",
+        "            pass",
+        ["--seed", "1405"],
+    ),
+    Mutation(
+        "a late fire takes the read of a gained item from the fire after it",
+        "coordination/firing.py",
+        "and monitored and when >= latest\n",
+        "and monitored\n",
+        ["--seed", "651"],
+    ),
+    Mutation(
+        "a fire that waited for a layout is neither run nor recorded after a later one ran",
+        "coordination/layoutwait.py",
+        "            earlier = [*earlier, (waiting.when, waiting.source, waiting.only)]\n",
+        "            pass\n",
+        ["--seed", "1116"],
+    ),
+    Mutation(
+        "a stop hands back a claimed fire unrecorded",
+        "coordination/firing.py",
+        "            self.misfires.skip(unrun, STOPPED, fire.when, misfire=False, source=fire.source)\n",
+        "",
+        ["--seed", "1463"],
+    ),
+    Mutation(
+        "a failover claim stamps past the fires nobody ran since its item was queued",
+        "coordination/failover.py",
+        "when=claims.stamp(self._seen.get(item, self.rt.host.now())),",
+        "when=claims.stamp(self.rt.host.now()),",
+        ["--seed", "1358"],
+    ),
+    Mutation(
         "a BaseException from job code escapes its lane",
         "execution/lanes.py",
         "        except BaseException as exc:  # noqa: BLE001",
