@@ -106,6 +106,16 @@ class Firing:
         """A fire waits for a resharding."""
         return self.layout.waiting
 
+    def count_changed(self) -> float | None:
+        """When the config last changed (one read)."""
+        return inherited.count_changed(self.rt)
+
+    def record_dropped(self, items: list[int]) -> None:
+        """Record the fires nobody ran of ``items``, which a lowered count drops, up to
+        the change (their stamps go with them; two reads)."""
+        stamps = inherited.stamps_of(self.rt, items)
+        inherited.record_dropped(self.rt, self.rt.trigger, self.misfires, stamps)
+
     @property
     def latest(self) -> float:
         """The second of the latest fire of the timer here (0: none yet)."""

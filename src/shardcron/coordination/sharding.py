@@ -34,9 +34,9 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from shardcron.coordination import claims, inherited, membership
+from shardcron.coordination import claims, membership
 from shardcron.coordination.events import Resharded
 from shardcron.coordination.job import JobState
 from shardcron.coordination.paths import JobPaths
@@ -53,10 +53,6 @@ from shardcron.registry import (
     op_bytes,
     prefix_bytes,
 )
-
-if TYPE_CHECKING:
-    from shardcron.coordination.misfires import Misfires
-    from shardcron.schedule.trigger import CronTrigger
 
 log = logging.getLogger(__name__)
 
@@ -348,8 +344,14 @@ class _Fires(Protocol):
         """A fire waits for a resharding."""
         ...
 
-    @property
-    def misfires(self) -> Misfires: ...
+    def count_changed(self) -> float | None:
+        """When the config last changed (one read)."""
+        ...
+
+    def record_dropped(self, items: list[int]) -> None:
+        """Record the fires nobody ran of ``items``, which a lowered count drops, up to
+        the change (their stamps go with them)."""
+        ...
 
     @property
     def first_fire(self) -> float:
@@ -383,9 +385,6 @@ class ReshardedJob(JobState, Protocol):
 
     @property
     def healer(self) -> _Heals: ...
-
-    @property
-    def trigger(self) -> CronTrigger | None: ...
 
 
 class Resharder:
@@ -455,13 +454,12 @@ class Resharder:
         ]
         if not (added or dropped):
             return claims.stamp(first - claims.UNRUN_SECONDS)
-        changed = inherited.count_changed(rt)
+        changed = rt.firing.count_changed()
         grown = min(first, changed or first)
         if before := rt.firing.fired_before(first):
             grown = min(grown, before)
         if dropped:
-            stamps = inherited.stamps_of(rt, dropped)
-            inherited.record_dropped(rt, rt.trigger, rt.firing.misfires, stamps)
+            rt.firing.record_dropped(dropped)
         return claims.stamp((grown if added else first) - claims.UNRUN_SECONDS)
 
     def outdated(self) -> bool:
