@@ -201,7 +201,7 @@ class Claims:
             instance,
             # The repair that queued it recorded the fires before (see healing): the fires
             # since are the next owner's to account for (nobody ran them meanwhile).
-            when=claims.stamp(self._seen.get(item, self.rt.host.now())),
+            when=claims.stamp(self._seen.get(item, self.rt.host.now()) - claims.UNRUN_SECONDS),
             extra=claim_ops(paths, item, instance),
             trust_cache=False,
         )

@@ -47,6 +47,8 @@ from shardcron.registry import Op, SetData
 
 log = logging.getLogger(__name__)
 
+# Why a late fire (one that followed a run here) skips an item claimed elsewhere since.
+MOVED = "claimed by another instance since: the layout had moved it"
 # Why a stop hands a fire's items back unrun.
 STOPPED = "this instance stopped before the items started"
 # Why a fire's items are skipped when the read of the items it gained failed.
@@ -226,12 +228,14 @@ class Firing:
         start_at: float | None = None,
         trust_cache: bool = True,
         after_layout: bool = False,
+        expect: dict[int, int] | None = None,
     ) -> None:
         """Claim this instance's items now and run them at ``start_at`` (or at once).
         Without ``trust_cache``, items the cache shows running are claimed all the same
         (the registry refuses those still running): the cache may still show the claim
         this instance has just completed. ``after_layout``: the fire waited for a new
-        layout, so an item's owner before it may have run it (see :mod:`.inherited`)."""
+        layout, so an item's owner before it may have run it (see :mod:`.inherited`).
+        ``expect``: see :class:`~shardcron.coordination.claims.Claiming`."""
         when = self.rt.host.now() if start_at is None else start_at
         if self.rt.stopped:
             return
@@ -295,7 +299,7 @@ class Firing:
             else:
                 parts = [free] if free else []
             for part in parts:
-                self._claim_and_run(part, source, when, trust_cache)
+                self._claim_and_run(part, source, when, trust_cache, expect)
         except ShardcronError as exc:  # registry faults, a broken custom strategy
             self._report(exc)
 
@@ -359,7 +363,12 @@ class Firing:
         self._reserved.difference_update(items)
 
     def _claim_and_run(
-        self, items: list[int], source: ExecutionSource, when: float, trust_cache: bool = True
+        self,
+        items: list[int],
+        source: ExecutionSource,
+        when: float,
+        trust_cache: bool = True,
+        expect: dict[int, int] | None = None,
     ) -> None:
         session, next_claim = self.rt.registry.session_id, self.timer.next_claim()
         if not self.rt.config.monitor_execution:
@@ -374,6 +383,7 @@ class Firing:
             self.rt.instance,
             when=claims.stamp(self._stamp(source, when)),
             trust_cache=trust_cache,
+            expect=expect,
         )
         # The request's result is the fire's claim, and its answer goes to a partial, not a
         # closure: a worker of thousands of jobs has thousands of claims in flight whenever
@@ -420,6 +430,11 @@ class Firing:
             contended = "still running on another instance"
             self.misfires.skip(fire.claim.contended, contended, fire.when, source=fire.source)
             self._release(fire.claim.contended)
+        if fire.claim.moved:
+            self.misfires.skip(
+                fire.claim.moved, MOVED, fire.when, misfire=False, source=fire.source
+            )
+            self._release(fire.claim.moved)
         if fire.claim.unleased:
             reason = "this instance's lease is missing (a new session): registering again"
             self.misfires.skip(fire.claim.unleased, reason, fire.when, source=fire.source)
@@ -459,9 +474,14 @@ class Firing:
         if follow is not None and not self.rt.stopped:
             self._run_follow(follow)
 
-    def _run_follow(self, follow: tuple[ExecutionSource, float, list[int]]) -> None:
+    def _run_follow(
+        self,
+        follow: tuple[ExecutionSource, float, list[int]],
+        expect: dict[int, int] | None = None,
+    ) -> None:
         source, when, items = follow
-        self.fire(source, items, when, trust_cache=False)  # runs them: no re-run to look for
+        # Runs them (no re-run to look for), unless claimed elsewhere since (``expect``).
+        self.fire(source, items, when, trust_cache=False, expect=expect)
 
     def dispatch(self, fire: Fire, at: float | None = None) -> None:
         """Start ``fire``'s items now, or stage them to start at ``at``."""
@@ -578,6 +598,14 @@ class Firing:
         # kept a busy instance busy for good, and the items waited for another.
         self.failovers.claim(phase=1)
         if follow is not None:
-            self._run_follow(follow)
+            # The item nodes as this fire's completion left them (a stamp of items handed
+            # back unrun bumped theirs): claimed elsewhere since, they moved.
+            versions, unrun = fire.claim.versions, fire.source is ExecutionSource.NORMAL_TRIGGER
+            expect = {
+                i: versions[i] + int(unrun and i not in fire.started)
+                for i in follow[2]
+                if i in versions
+            }
+            self._run_follow(follow, expect)
         elif fire.source is not ExecutionSource.FAILOVER:
             self.misfires.rerun(fire.items)

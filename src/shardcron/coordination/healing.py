@@ -41,7 +41,7 @@ from shardcron.coordination.job import JobState
 from shardcron.coordination.localitems import LocalItems
 from shardcron.coordination.misfires import Misfires
 from shardcron.coordination.paths import JobPaths
-from shardcron.errors import NodeExistsError, TransactionError
+from shardcron.errors import NodeExistsError, RegistryError, TransactionError
 from shardcron.registry import Check, Create, Delete, Op, SetData, TreeCache
 
 if TYPE_CHECKING:
@@ -313,8 +313,9 @@ class Healer:
         claim: list[Op] = [
             Check(paths.item(item), item_node[1].version),
             Delete(paths.running(item)),
-            # The fires since the dead claim are recorded below: the next owner's from now.
-            SetData(paths.item(item), claims.stamp(now)),
+            # The fires since the dead claim are recorded below: the next owner's from now
+            # (a fire due this very moment included).
+            SetData(paths.item(item), claims.stamp(now - claims.UNRUN_SECONDS)),
         ]
         if rt.config.failover:
             log.warning("job %s: item %d lost its holder %s; failing over", rt.name, item, holder)
@@ -326,11 +327,20 @@ class Healer:
             ops = claim + failover.stale_ops(rt.cache, paths, item)
             if rt.config.misfire and not rt.cache.exists(paths.misfire(item)):
                 ops.append(Create(paths.misfire(item)))
-        if not self._try(ops, f"repair of item {item}"):
-            return False  # raced: the next heal looks again
-        inherited.record_held(rt, rt.trigger, rt.firing.misfires, item, item_node[0])
-        inherited.record_missed(rt, rt.trigger, rt.firing.misfires, {item: item_node[0]}, now)
+        try:
+            if not self._try(ops, f"repair of item {item}"):
+                return False  # raced: the next heal looks again
+        except RegistryError:
+            # A lost answer may hide an applied repair, which no heal would repeat.
+            self._record_dead_claim(item, item_node[0], now)
+            raise
+        self._record_dead_claim(item, item_node[0], now)
         return True
+
+    def _record_dead_claim(self, item: int, value: bytes, now: float) -> None:
+        rt = self.rt
+        inherited.record_held(rt, rt.trigger, rt.firing.misfires, item, value)
+        inherited.record_missed(rt, rt.trigger, rt.firing.misfires, {item: value}, now)
 
     def _drop_item(self, item: int) -> None:
         """Delete an item beyond the count, unless a run of it is in flight: the cache may

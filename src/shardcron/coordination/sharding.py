@@ -156,17 +156,20 @@ def plan(
     total: int,
     assignment: dict[str, list[int]],
     since: bytes = b"",
+    later: dict[int, bytes] | None = None,
 ) -> list[Op]:
     """The ops that make the registry hold ``assignment`` (flag deletions not included).
     An item node made here holds ``since``: the stamp (see
     :func:`shardcron.coordination.claims.stamp`) of the moment before the layout's first
     fire. An owner that dies before it ever claims the item leaves that stamp to the next
-    owner, who records the fires it missed (:mod:`shardcron.coordination.inherited`)."""
+    owner, who records the fires it missed (:mod:`shardcron.coordination.inherited`).
+    ``later``: the stamps of items that differ (see ``Resharder._since``)."""
+    later = later or {}
     ops: list[Op] = [] if cache.exists(paths.sharding) else [Create(paths.sharding)]
     for instance, items in sorted(assignment.items()):
         for item in items:
             if not cache.exists(paths.item(item)):
-                ops.append(Create(paths.item(item), since))
+                ops.append(Create(paths.item(item), later.get(item, since)))
             # Unchanged owners are not rewritten: every write wakes every instance.
             current = cache.get(paths.item_instance(item))
             if current is None:
@@ -228,11 +231,12 @@ class Resharding:
         total: int,
         assignment: dict[str, list[int]],
         since: bytes = b"",
+        later: dict[int, bytes] | None = None,
     ) -> None:
         self.assignment = assignment
         self._ops: list[Op] = [
             Create(paths.sharding_processing, ephemeral=True),
-            *plan(cache, paths, total, assignment, since),
+            *plan(cache, paths, total, assignment, since, later),
             Delete(paths.sharding_necessary),
             Delete(paths.sharding_processing),
         ]
@@ -270,6 +274,7 @@ def write(
     total: int,
     assignment: dict[str, list[int]],
     since: bytes = b"",
+    later: dict[int, bytes] | None = None,
 ) -> dict[str, list[int]] | None:
     """Write ``assignment`` in as many transactions as it takes, under ``processing``;
     None if another session is sharding (or the cache was behind: the flag stays).
@@ -278,7 +283,7 @@ def write(
         registry.create(paths.sharding_processing, ephemeral=True)
     except NodeExistsError:
         return None
-    ops = plan(cache, paths, total, assignment, since)
+    ops = plan(cache, paths, total, assignment, since, later)
     finish: list[Op] = [Delete(paths.sharding_necessary), Delete(paths.sharding_processing)]
     try:
         _commit_in_chunks(registry, ops, finish)
@@ -398,6 +403,7 @@ class Resharder:
         self._resharding = False  # a resharding is in the group commit
         self._planned: tuple[frozenset[str], int] | None = None  # the last layout's inputs
         self.first_layout = FirstLayout(rt.joins)
+        self._falls: list[tuple[int, float]] = []  # (count, when) the count fell to it
 
     def reshard(self) -> None:
         rt = self.rt
@@ -423,29 +429,36 @@ class Resharder:
             set_flag(rt.registry, paths)  # the commit deletes it: it must exist
         assignment = assign(paths, total, available, strategy)
         planned = (frozenset(available), total)
-        since = self._since(total)
-        request = Resharding(cache, paths, total, assignment, since)
+        since, later = self._since(total)
+        request = Resharding(cache, paths, total, assignment, since, later)
         if not request.fits(rt.registry):
-            written = write(rt.registry, cache, paths, total, assignment, since)
+            written = write(rt.registry, cache, paths, total, assignment, since, later)
             if written is not None:
                 self._resharded(written, planned)
             return
         self._resharding = True
         rt.commits.submit(request, lambda error: self._committed(request, planned, error))
 
-    def _since(self, total: int) -> bytes:
+    def count_fell(self, at: float, total: int) -> None:
+        """The cache showed ``shardingTotalCount`` fall to ``total`` at ``at``: the items
+        beyond it are recorded up to then when dropped, by whichever leader drops them
+        (see _since)."""
+        self._falls = [*self._falls[-15:], (total, at)]  # operator actions: a few
+
+    def _since(self, total: int) -> tuple[bytes, dict[int, bytes]]:
         """The stamp of the item nodes a layout makes (see :func:`plan`): the moment before
         its first fire. Items a raised count adds have been due since the count grew (the
         config node's last write, or this instance's fire before this layout's if sooner:
         a pause may have hidden the raise; a record too many at most), and nobody ran
         them: from then. Items a lowered count drops take their stamps with them: the fires
         nobody ran of them, up to the change, are recorded here. A read or two, only when
-        the count changed."""
+        the count changed. An item a fall dropped, and a raise adds again, is stamped from
+        no sooner than that fall: its fires before were recorded, or ran."""
         rt = self.rt
         first = rt.firing.first_fire
         cache, paths = rt.cache, rt.paths
         if not has_sharding(cache, paths):
-            return claims.stamp(first - claims.UNRUN_SECONDS)
+            return claims.stamp(first - claims.UNRUN_SECONDS), {}
         added = not all(cache.exists(paths.item(i)) for i in range(total))
         dropped = [
             int(name)
@@ -453,14 +466,20 @@ class Resharder:
             if name.isdigit() and int(name) >= total
         ]
         if not (added or dropped):
-            return claims.stamp(first - claims.UNRUN_SECONDS)
+            return claims.stamp(first - claims.UNRUN_SECONDS), {}
         changed = rt.firing.count_changed()
         grown = min(first, changed or first)
         if before := rt.firing.fired_before(first):
             grown = min(grown, before)
         if dropped:
             rt.firing.record_dropped(dropped)
-        return claims.stamp((grown if added else first) - claims.UNRUN_SECONDS)
+        since = (grown if added else first) - claims.UNRUN_SECONDS
+        later = {}
+        for i in range(total):
+            fell = max((at for below, at in self._falls if i >= below), default=since)
+            if fell > since and not cache.exists(paths.item(i)):
+                later[i] = claims.stamp(fell)
+        return claims.stamp(since), later
 
     def outdated(self) -> bool:
         """The last layout this leader wrote was planned for other instances or another
@@ -524,6 +543,7 @@ class Resharder:
     ) -> None:
         rt = self.rt
         rt.reshard_due = False
+        self._falls.clear()
         self._planned = planned
 
         if self._inputs() != planned:
