@@ -128,14 +128,14 @@ MUTATIONS = [
     Mutation(
         "an item whose owner dies before claiming it leaves no stamp",
         "coordination/sharding.py",
-        "                ops.append(Create(paths.item(item), since))",
+        "                ops.append(Create(paths.item(item), later.get(item, since)))",
         "                ops.append(Create(paths.item(item)))",
-        ["--seed", "667"],  # I2: the dead first owner's item-fire is lost silently
+        ["--seed", "216"],  # I2: the dead first owner's item-fire is lost silently
     ),
     Mutation(
         "the fire a dead owner's claim was for is not recorded",
         "coordination/healing.py",
-        "        inherited.record_held(rt, rt.trigger, rt.firing.misfires, item, item_node[0])\n",
+        "        inherited.record_held(rt, rt.trigger, rt.firing.misfires, item, value)\n",
         "",
         ["--seed", "2761"],
     ),
@@ -193,9 +193,37 @@ MUTATIONS = [
     Mutation(
         "a failover claim stamps past the fires nobody ran since its item was queued",
         "coordination/failover.py",
-        "when=claims.stamp(self._seen.get(item, self.rt.host.now())),",
+        "when=claims.stamp(self._seen.get(item, self.rt.host.now()) - claims.UNRUN_SECONDS),",
         "when=claims.stamp(self.rt.host.now()),",
         ["--seed", "1358"],
+    ),
+    Mutation(
+        "a late fire claims an item its new owner ran meanwhile (run twice)",
+        "coordination/claims.py",
+        "            checks = [Check(self.paths.item(i), self.expect[i]) for i in self._checked()]",
+        "            checks: list[Op] = []",
+        ["--seed", "7203"],
+    ),
+    Mutation(
+        "a re-added item is stamped before the fall that dropped it",
+        "coordination/sharding.py",
+        "            fell = max((at for below, at in self._falls if i >= below), default=since)",
+        "            fell = since",
+        ["--seed", "6883"],  # I2: a fire that ran recorded "nobody ran it"
+    ),
+    Mutation(
+        "a repair at a fire's second stamps that fire as accounted for",
+        "coordination/healing.py",
+        "            SetData(paths.item(item), claims.stamp(now - claims.UNRUN_SECONDS)),",
+        "            SetData(paths.item(item), claims.stamp(now)),",
+        ["--seed", "8902"],
+    ),
+    Mutation(
+        "a repair whose answer is lost records nothing",
+        "coordination/healing.py",
+        "            self._record_dead_claim(item, item_node[0], now)\n            raise",
+        "            raise",
+        ["--seed", "9138"],
     ),
     Mutation(
         "a BaseException from job code escapes its lane",
