@@ -9,12 +9,14 @@ the stamp and before this fire. It records them as skipped (one
 :class:`~shardcron.coordination.events.ItemsSkipped` per fire second, reason
 :data:`DEAD_OWNER`); with misfire, the item runs once more after this fire.
 
-It looks only when its share grew while an owner of the layout before had left it: one
-read of the gained items' nodes at the next fire, and nothing in steady state, at a join
-or a rebalance among live owners. An owner that knew it missed a fire recorded that
-itself (one cut off from the registry, say): those fires are recorded twice, once by
-each. A dead owner's claim that the leader repairs is settled there: the repair records
-the fires since that claim and stamps the item anew (:mod:`shardcron.coordination.healing`).
+It looks whenever a layout gave it items another instance had (that one may have died,
+been cut off, or handled a fire with the layout before): one read of the gained items'
+nodes at the next fire, and nothing in steady state. An owner that knew it missed a fire
+recorded that itself (one cut off from the registry, say): those fires are recorded
+twice, once by each. A dead owner's claim that the leader repairs is settled there: the
+repair records the fire of that claim and those since, and stamps the item anew
+(:mod:`shardcron.coordination.healing`). Item nodes a layout makes carry a stamp as well
+(:func:`shardcron.coordination.sharding.plan`).
 """
 
 from __future__ import annotations

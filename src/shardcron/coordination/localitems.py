@@ -8,10 +8,10 @@ flags, not values). What a fire claims is that share less the items disabled, fa
 over to another instance or queued for failover, and nothing while this server is
 disabled or its instance node is gone.
 
-When the share grows while an owner of the layout before has left it (died, stopped,
-cut off), the items gained are kept as *inherited* until the next fire asks for them
-(:mod:`shardcron.coordination.inherited`); a join or a rebalance among live owners
-costs nothing.
+When the share grows, the items gained are kept as *inherited* until the next fire of
+this instance's own asks for them (:mod:`shardcron.coordination.inherited`): their owner
+before may have died, stopped, been cut off, or handled a fire with the layout before.
+The first layout read here gains nothing.
 """
 
 from __future__ import annotations
