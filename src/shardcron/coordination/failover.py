@@ -153,13 +153,16 @@ class Claims:
     def claim(self, phase: int) -> None:
         """Claim queued items: own share first, then, after a grace, the rest."""
         cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
-        if not cfg.failover or self.rt.stopped or self.rt.suspended:
+        if not cfg.failover:
+            self._seen = {}
+            return
+        now = self.rt.host.now()  # every heal asks: an item queued again is seen anew
+        self._seen = {i: self._seen.get(i, now) for i in queued(cache, paths)}
+        if self.rt.stopped or self.rt.suspended:
             return
         if not membership.server_enabled(cache, paths, self.rt.ip):
             return
         queue = [i for i in queued(cache, paths) if i < cfg.sharding_total_count]
-        now = self.rt.host.now()
-        self._seen = {i: self._seen.get(i, now) for i in queue}
         if not queue:
             return
         available = membership.available_instances(cache, paths)
