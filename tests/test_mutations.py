@@ -210,16 +210,116 @@ MUTATIONS = [
     Mutation(
         "a leader whose clock is behind stamps a repaired item back",
         "coordination/healing.py",
-        "        since = max(now, claims.stamped(item_node[0]) or now)",
-        "        since = now",
+        "        since = max(now - claims.UNRUN_SECONDS, claims.stamped(item_node[0]) or 0.0)",
+        "        since = now - claims.UNRUN_SECONDS",
         ["--seed", "1438"],  # found by the seeds with clock steps (I2: a false record)
     ),
     Mutation(
         "a failover claim on a clock behind stamps its item back",
         "coordination/failover.py",
-        "        since = max(now, claims.stamped(self.rt.registry.get(paths.item(item))) or now)",
-        "        since = now",
+        "        since = max(queued_at, claims.stamped(self.rt.registry.get(paths.item(item))) or 0.0)",
+        "        since = queued_at",
         ["--seed", "1970"],  # found by the seeds with clock steps (I2: a false record)
+    ),
+    Mutation(
+        "an item whose owner dies before claiming it leaves no stamp",
+        "coordination/sharding.py",
+        "                ops.append(Create(paths.item(item), later.get(item, since)))",
+        "                ops.append(Create(paths.item(item)))",
+        ["--seed", "216"],  # I2: the dead first owner's item-fire is lost silently
+    ),
+    Mutation(
+        "the fire a dead owner's claim was for is not recorded",
+        "coordination/healing.py",
+        "        inherited.record_held(rt, rt.trigger, rt.firing.misfires, item, value)\n",
+        "",
+        ["--seed", "2761"],
+    ),
+    Mutation(
+        "fires missed in a stall are dropped once the instance is not registered",
+        "coordination/firing.py",
+        "            self.misfires.skip(self.items.mine(), MISSED, when)\n            return\n",
+        "            return\n",
+        ["--seed", "943"],
+    ),
+    Mutation(
+        "a gained item's stamp is read only when an owner left",
+        "coordination/localitems.py",
+        "                # Any gain: its owner before may have been cut off, or have handled the\n"
+        "                # fire with the layout before this one (it fired ahead of the new layout).\n"
+        "                self._inherited.update(set(mine).difference(self._read[1]))",
+        "                    self._inherited.update(set(mine).difference(self._read[1]))",
+        ["--seed", "1355"],
+    ),
+    Mutation(
+        "a fire whose read of taken-over items fails is dropped",
+        "coordination/firing.py",
+        "                    self.misfires.skip(sorted(items + held), READ_LOST, when, source=source)\n",
+        "",
+        ["--seed", "1384"],
+    ),
+    Mutation(
+        "an item dropped by a lowered count takes its owner's missed fires with it",
+        "coordination/healing.py",
+        "            inherited.record_dropped(rt, rt.trigger, rt.firing.misfires, stamps)",
+        "            pass",
+        ["--seed", "1405"],
+    ),
+    Mutation(
+        "a late fire takes the read of a gained item from the fire after it",
+        "coordination/firing.py",
+        "and monitored and when >= latest\n",
+        "and monitored\n",
+        ["--seed", "651"],
+    ),
+    Mutation(
+        "a fire that waited for a layout is neither run nor recorded after a later one ran",
+        "coordination/layoutwait.py",
+        "            earlier = [*earlier, (waiting.when, waiting.source, waiting.only)]\n",
+        "            pass\n",
+        ["--seed", "1116"],
+    ),
+    Mutation(
+        "a stop hands back a claimed fire unrecorded",
+        "coordination/firing.py",
+        "            self.misfires.skip(unrun, STOPPED, fire.when, misfire=False, source=fire.source)\n",
+        "",
+        ["--seed", "1463"],
+    ),
+    Mutation(
+        "a failover claim stamps past the fires nobody ran since its item was queued",
+        "coordination/failover.py",
+        "when=claims.stamp(self._seen.get(item, self.rt.host.now()) - claims.UNRUN_SECONDS),",
+        "when=claims.stamp(self.rt.host.now()),",
+        ["--seed", "1358"],
+    ),
+    Mutation(
+        "a late fire claims an item its new owner ran meanwhile (run twice)",
+        "coordination/claims.py",
+        "            checks = [Check(self.paths.item(i), self.expect[i]) for i in self._checked()]",
+        "            checks: list[Op] = []",
+        ["--seed", "7203"],
+    ),
+    Mutation(
+        "a re-added item is stamped before the fall that dropped it",
+        "coordination/sharding.py",
+        "            fell = max((at for below, at in self._falls if i >= below), default=since)",
+        "            fell = since",
+        ["--seed", "6883"],  # I2: a fire that ran recorded "nobody ran it"
+    ),
+    Mutation(
+        "a repair at a fire's second stamps that fire as accounted for",
+        "coordination/healing.py",
+        "            SetData(paths.item(item), claims.stamp(now - claims.UNRUN_SECONDS)),",
+        "            SetData(paths.item(item), claims.stamp(now)),",
+        ["--seed", "8902"],
+    ),
+    Mutation(
+        "a repair whose answer is lost records nothing",
+        "coordination/healing.py",
+        "            self._record_dead_claim(item, item_node[0], now)\n            raise",
+        "            raise",
+        ["--seed", "9138"],
     ),
     Mutation(
         "a BaseException from job code escapes its lane",

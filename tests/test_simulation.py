@@ -169,7 +169,7 @@ def test_i2_catches_an_item_fire_that_neither_ran_nor_was_skipped() -> None:
     assert found == [f"I2 job#0: fire at {EPOCH + 11:.2f} neither ran nor was recorded skipped"]
 
 
-def test_i2_matches_a_skip_to_the_fire_it_names_and_counts_fires_near_a_fault() -> None:
+def test_i2_matches_a_skip_to_the_fire_it_names_and_fails_a_lost_fire_near_a_fault() -> None:
     ledger = _ledger()
     _skip(ledger, 10.98, 11, "still running")
     assert _check(ledger, _track(11)) == []
@@ -178,11 +178,37 @@ def test_i2_matches_a_skip_to_the_fire_it_names_and_counts_fires_near_a_fault() 
     _skip(other, 10.98, 12, "still running")
     assert len(_check(other, _track(11))) == 1
     assert _check(_ledger(), _track(11, available=False)) == []  # nobody could run it
-    shadowed = _ledger()
-    shadowed.world.now = EPOCH + 9
-    shadowed.fault("crash", "a")
-    verdict = checks.check(shadowed, [_track(11)], 2.0, EPOCH + 50, EPOCH + 100)
-    assert verdict.violations == [] and verdict.unaccounted == 1
+    # Near a fault too: a lost item-fire fails, the next fire run or not.
+    near = _ledger()
+    near.world.now = EPOCH + 9
+    near.fault("crash", "a")
+    _run(near, "b", 12.0, 12.1, token=1)
+    verdict = checks.check(near, [_track(11, 12)], 2.0, EPOCH + 50, EPOCH + 100)
+    lost = f"I2 job#0: fire at {EPOCH + 11:.2f} neither ran nor was recorded skipped"
+    assert verdict.violations == [lost] and not verdict.excused
+    assert verdict.near["crash"]["checked"] == 2
+
+
+def test_i2_excuses_only_its_named_exceptions() -> None:
+    # Nobody fired the item after the fire, and nobody is left at the end.
+    gone = _ledger()
+    _run(gone, "a", 10.0, 10.1, token=1)
+    track = _track(10, 11, 12)
+    track.probes[-1].available = False
+    verdict = checks.check(gone, [track], 2.0, EPOCH + 50, EPOCH + 100)
+    assert verdict.violations == [] and verdict.excused == {checks.NOBODY_LEFT: 1}
+    # ... but somebody fired it later: it should have recorded the fire.
+    _skip(gone, 11.5, 12, "registry connection lost")
+    verdict = checks.check(gone, [track], 2.0, EPOCH + 50, EPOCH + 100)
+    assert len(verdict.violations) == 1 and not verdict.excused
+    # An item a count added and took away again, never fired by anybody.
+    dropped = _ledger()
+    counts = checks.JobTrack("job", 1)
+    counts.probes = [checks.Probe(EPOCH + 10, 2, True), checks.Probe(EPOCH + 11, 1, True)]
+    _run(dropped, "a", 10.0, 10.1, token=1)
+    _run(dropped, "a", 11.0, 11.1, token=2)
+    verdict = checks.check(dropped, [counts], 2.0, EPOCH + 50, EPOCH + 100)
+    assert verdict.violations == [] and verdict.excused == {checks.NEVER_LAID_OUT: 1}
 
 
 def test_i2_catches_a_fire_run_twice_and_a_false_record_beside_a_run() -> None:

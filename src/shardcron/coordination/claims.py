@@ -70,6 +70,7 @@ class Claim:
     # for the garbage collector to scan while the claim is in flight (see Firing).
     contended: Sequence[int] = ()
     unleased: Sequence[int] = ()  # not claimed: no lease (see Claiming)
+    moved: Sequence[int] = ()  # not claimed: claimed elsewhere since (see Claiming)
 
 
 @functools.lru_cache(maxsize=256)  # a herd's jobs fire on the same second
@@ -143,7 +144,11 @@ class Claiming:
     :func:`stamp`); ``extra`` ops ride along. Items whose ``running`` node
     exists end in ``result.contended``; a second round trip happens only when the cache had
     not yet seen such a node. Without this instance's lease (a new session not registered
-    yet, or someone removed it) nothing is claimed: the items end in ``result.unleased``."""
+    yet, or someone removed it) nothing is claimed: the items end in ``result.unleased``.
+    ``expect``: the item node versions this instance's own last claim of some items left
+    (a fire claimed once the fire it follows completed, its second past): the claim
+    checks them, in the same transaction, and an item another instance claimed since
+    (its cache showed this one a layout it had already left) ends in ``result.moved``."""
 
     def __init__(
         self,
@@ -155,9 +160,11 @@ class Claiming:
         when: bytes = b"",
         extra: list[Op] | None = None,
         trust_cache: bool = True,
+        expect: dict[int, int] | None = None,
     ) -> None:
         self.paths, self.instance, self.when = paths, instance, when
         self.extra: Sequence[Op] = extra or ()
+        self.expect = expect or {}
         self.free: list[int] = []
         contended: list[int] = []
         for i in items:  # one pass: a job of 20,000 items, compared pairwise, took 1.5 s
@@ -166,24 +173,40 @@ class Claiming:
         self.result = Claim(items=self.free, contended=tuple(contended))
         self._ops: list[Op] | None = None
 
+    def _checked(self) -> list[int]:
+        """The items whose version is checked: their checks go first, before the claim's
+        own touch of their node bumps it."""
+        return [i for i in self.free if i in self.expect] if self.expect else []
+
     def ops(self) -> list[Op]:
         if self._ops is None:
             ops = [
                 op for i in self.free for op in claim_ops(self.paths, i, self.instance, self.when)
             ]
+            checks = [Check(self.paths.item(i), self.expect[i]) for i in self._checked()]
             lease = Check(self.paths.lease(self.instance))
-            self._ops = [*ops, lease, *self.extra] if ops else []
+            self._ops = [*checks, *ops, lease, *self.extra] if ops else []
         return self._ops
 
     def applied(self, results: Sequence[object]) -> None:
+        first = len(self._checked())
         for n, item in enumerate(self.free):
-            stat = results[n * CLAIM_OPS + CLAIM_OPS - 1]
+            stat = results[first + n * CLAIM_OPS + CLAIM_OPS - 1]
             assert isinstance(stat, Stat)
             self.result.versions[item] = stat.version
             self.result.token = stat.mzxid
         self.free, self._ops = [], []  # result.items keeps the list
 
     def refused(self, index: int, cause: RegistryError) -> bool:
+        checked = self._checked()
+        if index < len(checked):  # claimed elsewhere since this instance's last claim
+            if not isinstance(cause, BadVersionError | NoNodeError):
+                return False
+            self.free.remove(checked[index])
+            self.result.moved = (*self.result.moved, checked[index])
+            self.result.items, self._ops = self.free, None
+            return True
+        index -= len(checked)
         claims = CLAIM_OPS * len(self.free)
         if index == claims and isinstance(cause, NoNodeError):  # the lease's check
             self.result.unleased, self.free = tuple(self.free), []

@@ -146,11 +146,19 @@ class Claims:
 
     def __init__(self, rt: JobState, firing: ClaimsFiring) -> None:
         self.rt, self.firing = rt, firing
+        # When the cache first showed each queued item: about when the repair that queued
+        # it recorded the fires before it (see _claim).
+        self._seen: dict[int, float] = {}
 
     def claim(self, phase: int) -> None:
         """Claim queued items: own share first, then, after a grace, the rest."""
         cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
-        if not cfg.failover or self.rt.stopped or self.rt.suspended:
+        if not cfg.failover:
+            self._seen = {}
+            return
+        now = self.rt.host.now()  # every heal asks: an item queued again is seen anew
+        self._seen = {i: self._seen.get(i, now) for i in queued(cache, paths)}
+        if self.rt.stopped or self.rt.suspended:
             return
         if not membership.server_enabled(cache, paths, self.rt.ip):
             return
@@ -186,11 +194,12 @@ class Claims:
     def _claim(self, item: int) -> None:
         paths, instance = self.rt.paths, self.rt.instance
         # The repair that queued it recorded the fires up to its stamp (see healing): the
-        # fires after it are the next owner's to account for. A claim stamped with a clock
-        # behind that stamp (stepped back, say) would move it back, and the next owner
-        # would record fires that ran as fires nobody ran. The cache holds no stamps.
-        now = self.rt.host.now()
-        since = max(now, claims.stamped(self.rt.registry.get(paths.item(item))) or now)
+        # fires since it was queued are the next owner's to account for (nobody ran them
+        # meanwhile). A claim stamped with a clock behind that stamp (stepped back, say)
+        # would move it back, and the next owner would record fires that ran as fires
+        # nobody ran. The cache holds no stamps.
+        queued_at = self._seen.get(item, self.rt.host.now()) - claims.UNRUN_SECONDS
+        since = max(queued_at, claims.stamped(self.rt.registry.get(paths.item(item))) or 0.0)
         claim = claims.Claim(items=[item])
         fire = Fire([item], claim, ExecutionSource.FAILOVER, self.rt.registry.session_id)
         self.firing.hold(fire)

@@ -108,6 +108,11 @@ class FireTimer:
             ahead = max(0.0, claim_in - FIRST_LAYOUT_AHEAD_SECONDS)
             self.rt.host.call_later(ahead, self.firing.ask_layout_ahead)
 
+    @property
+    def armed(self) -> float | None:
+        """The second of the armed fire (None: none armed)."""
+        return self._when
+
     def next_claim(self) -> float | None:
         """When the armed fire claims its items (None: no fire armed)."""
         if self._when is None:

@@ -33,7 +33,7 @@ from shardcron.coordination.firetimer import FireTimer, TimedJob
 from shardcron.coordination.idleflag import IdleFlag
 from shardcron.coordination.inflight import Fire, Lanes
 from shardcron.coordination.layoutwait import LayoutWait
-from shardcron.coordination.localitems import LocalItems
+from shardcron.coordination.localitems import DISABLED, LocalItems
 from shardcron.coordination.misfires import FAILED_OVER, MISSED, MisfiredJob, Misfires
 from shardcron.errors import RegistryError, ShardcronError, TransactionError
 from shardcron.model import (
@@ -46,6 +46,13 @@ from shardcron.model import (
 from shardcron.registry import Op, SetData
 
 log = logging.getLogger(__name__)
+
+# Why a late fire (one that followed a run here) skips an item claimed elsewhere since.
+MOVED = "claimed by another instance since: the layout had moved it"
+# Why a stop hands a fire's items back unrun.
+STOPPED = "this instance stopped before the items started"
+# Why a fire's items are skipped when the read of the items it gained failed.
+READ_LOST = "registry connection lost while reading the items this instance took over"
 
 
 class FiringJob(MisfiredJob, TimedJob, deregistration.Departing, Protocol):
@@ -84,6 +91,8 @@ class Firing:
         self._unsure: list[Fire] = []  # claims whose answer was lost
         self._unfinished: list[Fire] = []  # completions whose answer was lost
         self._claiming: list[Fire] = []  # claims sent with the tick's group commit
+        self._latest = 0.0  # the second of the latest fire here (see fire)
+        self._prior = 0.0  # and of the one before it
         self._completing: list[Fire] = []  # completions sent likewise
         self._stamped = 0.0  # the latest fire second a claim here stamped (see _stamp)
         self.layout = LayoutWait(rt, self)
@@ -100,6 +109,31 @@ class Firing:
     def waiting(self) -> bool:
         """A fire waits for a resharding."""
         return self.layout.waiting
+
+    def count_changed(self) -> float | None:
+        """When the config last changed (one read)."""
+        return inherited.count_changed(self.rt)
+
+    def record_dropped(self, items: list[int]) -> None:
+        """Record the fires nobody ran of ``items``, which a lowered count drops, up to
+        the change (their stamps go with them; two reads)."""
+        stamps = inherited.stamps_of(self.rt, items)
+        inherited.record_dropped(self.rt, self.rt.trigger, self.misfires, stamps)
+
+    @property
+    def latest(self) -> float:
+        """The second of the latest fire of the timer here (0: none yet)."""
+        return self._latest
+
+    def fired_before(self, second: float) -> float:
+        """The second of the latest fire here before ``second`` (0: none)."""
+        return self._latest if self._latest < second else self._prior
+
+    @property
+    def first_fire(self) -> float:
+        """The second of the first fire a layout written now is for: the one waiting for
+        it, else the next one armed (now, if none is)."""
+        return self.layout.when or self.timer.armed or self.rt.host.now()
 
     def run_pending(self) -> None:
         """Run the fire that waits for a resharding, if its layout is in (see
@@ -136,7 +170,7 @@ class Firing:
             if fire in self._unsure or fire in self._claiming:
                 continue  # a claim still in flight is completed when it returns
             if fire.context is None or (fire.gate is not None and fire.gate.cancel()):
-                self.complete(fire)
+                self.hand_back(fire)
         self._let_go_of_unsure()
 
     def _let_go_of_unsure(self) -> None:
@@ -171,7 +205,7 @@ class Firing:
                 self._release([i for i in fire.items if i not in applied.items])
                 fire.claim, fire.items = applied, applied.items
                 if self.rt.stopped:
-                    self.complete(fire)  # stopping: hand it back, as a claim made ahead
+                    self.hand_back(fire)  # stopping: as a claim made ahead
                 else:
                     self.dispatch(fire)  # it went through: run it, late, as its fire's run
             else:
@@ -196,14 +230,22 @@ class Firing:
         start_at: float | None = None,
         trust_cache: bool = True,
         after_layout: bool = False,
+        expect: dict[int, int] | None = None,
     ) -> None:
         """Claim this instance's items now and run them at ``start_at`` (or at once).
         Without ``trust_cache``, items the cache shows running are claimed all the same
         (the registry refuses those still running): the cache may still show the claim
         this instance has just completed. ``after_layout``: the fire waited for a new
-        layout, so an item's owner before it may have run it (see :mod:`.inherited`)."""
+        layout, so an item's owner before it may have run it (see :mod:`.inherited`).
+        ``expect``: see :class:`~shardcron.coordination.claims.Claiming`."""
         when = self.rt.host.now() if start_at is None else start_at
         if self.rt.stopped:
+            return
+        latest = self._latest
+        if source is ExecutionSource.NORMAL_TRIGGER and not after_layout and when > latest:
+            self._prior, self._latest = latest, when  # handled here, whatever becomes of it
+        if self.rt.suspended and self.layout.waiting:
+            self.layout.add(when, source, only)  # it runs, or is recorded, with the layout
             return
         if self.rt.suspended:
             lost = "registry connection lost"
@@ -218,14 +260,32 @@ class Firing:
                 if self.rt.is_leader():
                     self.rt.resharder.reshard()
                 return
+            barred = self.items.barred()
+            if barred is not None:
+                # Not a misfire when an operator disabled the server: not meant to run here.
+                again = barred != DISABLED
+                self.misfires.skip(self.items.mine(only), barred, when, again, source)
+                return
             items, held = self.items.to_fire(only)
-            normal = source is ExecutionSource.NORMAL_TRIGGER and self.rt.config.monitor_execution
-            gained = self.items.take_inherited(items + held) if normal else []
+            monitored = self.rt.config.monitor_execution
+            normal = source is ExecutionSource.NORMAL_TRIGGER and monitored
+            # A misfire re-run's claim stamps the moment it runs: the fires before it that
+            # nobody ran are read from the stamp it overwrites. A fire older than the
+            # latest one here (one that followed a run) leaves the read to the next: the
+            # fires between them were handled here with the layout before.
+            own = source is not ExecutionSource.FAILOVER and monitored and when >= latest
+            gained = self.items.take_inherited(items + held) if own else []
             if gained or (normal and after_layout and self.items.take_owner_left()):
                 others = items if after_layout else None
-                ran = inherited.record(
-                    self.rt, self.rt.trigger, self.misfires, gained, when, others
-                )
+                try:
+                    ran = inherited.record(
+                        self.rt, self.rt.trigger, self.misfires, gained, when, others
+                    )
+                except RegistryError:
+                    # Nothing of this fire is claimed yet: say so, and read them next time.
+                    self.items.give_back(gained)
+                    self.misfires.skip(sorted(items + held), READ_LOST, when, source=source)
+                    raise
                 items = [i for i in items if i not in ran]
             self.misfires.skip(held, FAILED_OVER, when, source=source)
             busy = [i for i in items if i in self._reserved]
@@ -241,7 +301,7 @@ class Firing:
             else:
                 parts = [free] if free else []
             for part in parts:
-                self._claim_and_run(part, source, when, trust_cache)
+                self._claim_and_run(part, source, when, trust_cache, expect)
         except ShardcronError as exc:  # registry faults, a broken custom strategy
             self._report(exc)
 
@@ -284,6 +344,9 @@ class Firing:
         misfire, run once more."""
         if self.rt.stopped:
             return
+        if self.items.barred() is not None:  # nobody else runs them until the next layout
+            self.misfires.skip(self.items.mine(), MISSED, when)
+            return
         items, held = self.items.to_fire(None)
         self.misfires.skip(sorted(items + held), MISSED, when)
 
@@ -302,7 +365,12 @@ class Firing:
         self._reserved.difference_update(items)
 
     def _claim_and_run(
-        self, items: list[int], source: ExecutionSource, when: float, trust_cache: bool = True
+        self,
+        items: list[int],
+        source: ExecutionSource,
+        when: float,
+        trust_cache: bool = True,
+        expect: dict[int, int] | None = None,
     ) -> None:
         session, next_claim = self.rt.registry.session_id, self.timer.next_claim()
         if not self.rt.config.monitor_execution:
@@ -317,6 +385,7 @@ class Firing:
             self.rt.instance,
             when=claims.stamp(self._stamp(source, when)),
             trust_cache=trust_cache,
+            expect=expect,
         )
         # The request's result is the fire's claim, and its answer goes to a partial, not a
         # closure: a worker of thousands of jobs has thousands of claims in flight whenever
@@ -360,7 +429,7 @@ class Firing:
             if fire.claim.versions:
                 self.rt.commits.claimed()
             if self.rt.stopped:
-                self.complete(fire)  # stopped while the claim was in flight: hand it back
+                self.hand_back(fire)  # stopped while the claim was in flight
             else:
                 self._claimed(fire)
 
@@ -369,6 +438,11 @@ class Firing:
             contended = "still running on another instance"
             self.misfires.skip(fire.claim.contended, contended, fire.when, source=fire.source)
             self._release(fire.claim.contended)
+        if fire.claim.moved:
+            self.misfires.skip(
+                fire.claim.moved, MOVED, fire.when, misfire=False, source=fire.source
+            )
+            self._release(fire.claim.moved)
         if fire.claim.unleased:
             reason = "this instance's lease is missing (a new session): registering again"
             self.misfires.skip(fire.claim.unleased, reason, fire.when, source=fire.source)
@@ -408,9 +482,14 @@ class Firing:
         if follow is not None and not self.rt.stopped:
             self._run_follow(follow)
 
-    def _run_follow(self, follow: tuple[ExecutionSource, float, list[int]]) -> None:
+    def _run_follow(
+        self,
+        follow: tuple[ExecutionSource, float, list[int]],
+        expect: dict[int, int] | None = None,
+    ) -> None:
         source, when, items = follow
-        self.fire(source, items, when, trust_cache=False)  # runs them: no re-run to look for
+        # Runs them (no re-run to look for), unless claimed elsewhere since (``expect``).
+        self.fire(source, items, when, trust_cache=False, expect=expect)
 
     def dispatch(self, fire: Fire, at: float | None = None) -> None:
         """Start ``fire``'s items now, or stage them to start at ``at``."""
@@ -464,6 +543,14 @@ class Firing:
             return lambda: not self.rt.stopped
         # A partial (see _claim_and_run): every item of a fire in flight carries one.
         return functools.partial(claims.is_current, self.rt.registry, self.rt.paths, item, token)
+
+    def hand_back(self, fire: Fire) -> None:
+        """A stop hands back ``fire`` before its items started: recorded, then completed.
+        The instance that gets them runs the fire's next ones."""
+        if fire.source is not ExecutionSource.FAILOVER:
+            unrun = [i for i in fire.items if i not in fire.started]
+            self.misfires.skip(unrun, STOPPED, fire.when, misfire=False, source=fire.source)
+        self.complete(fire)
 
     def complete(self, fire: Fire) -> None:
         """All items returned: the ``after`` listeners and the fire's status, then remove
@@ -519,6 +606,14 @@ class Firing:
         # kept a busy instance busy for good, and the items waited for another.
         self.failovers.claim(phase=1)
         if follow is not None:
-            self._run_follow(follow)
+            # The item nodes as this fire's completion left them (a stamp of items handed
+            # back unrun bumped theirs): claimed elsewhere since, they moved.
+            versions, unrun = fire.claim.versions, fire.source is ExecutionSource.NORMAL_TRIGGER
+            expect = {
+                i: versions[i] + int(unrun and i not in fire.started)
+                for i in follow[2]
+                if i in versions
+            }
+            self._run_follow(follow, expect)
         elif fire.source is not ExecutionSource.FAILOVER:
             self.misfires.rerun(fire.items)

@@ -41,7 +41,7 @@ from shardcron.coordination.job import JobState
 from shardcron.coordination.localitems import LocalItems
 from shardcron.coordination.misfires import Misfires
 from shardcron.coordination.paths import JobPaths
-from shardcron.errors import NodeExistsError, TransactionError
+from shardcron.errors import NodeExistsError, RegistryError, TransactionError
 from shardcron.registry import Check, Create, Delete, Op, SetData, TreeCache
 
 if TYPE_CHECKING:
@@ -310,10 +310,11 @@ class Healer:
             if leases[holder]:
                 return True
         now = rt.host.now()
-        # The fires since the dead claim are recorded below: the next owner's from now, or
-        # from the dead claim's fire if this clock is behind it (stepped back, say): the
-        # next owner would record the fires up to it as fires nobody ran.
-        since = max(now, claims.stamped(item_node[0]) or now)
+        # The fires since the dead claim are recorded below: the next owner's from now (a
+        # fire due this very moment included), or from the dead claim's fire if this clock
+        # is behind it (stepped back, say): the next owner would record the fires up to it
+        # as fires nobody ran.
+        since = max(now - claims.UNRUN_SECONDS, claims.stamped(item_node[0]) or 0.0)
         claim: list[Op] = [
             Check(paths.item(item), item_node[1].version),
             Delete(paths.running(item)),
@@ -329,10 +330,20 @@ class Healer:
             ops = claim + failover.stale_ops(rt.cache, paths, item)
             if rt.config.misfire and not rt.cache.exists(paths.misfire(item)):
                 ops.append(Create(paths.misfire(item)))
-        if not self._try(ops, f"repair of item {item}"):
-            return False  # raced: the next heal looks again
-        inherited.record_missed(rt, rt.trigger, rt.firing.misfires, {item: item_node[0]}, now)
+        try:
+            if not self._try(ops, f"repair of item {item}"):
+                return False  # raced: the next heal looks again
+        except RegistryError:
+            # A lost answer may hide an applied repair, which no heal would repeat.
+            self._record_dead_claim(item, item_node[0], now)
+            raise
+        self._record_dead_claim(item, item_node[0], now)
         return True
+
+    def _record_dead_claim(self, item: int, value: bytes, now: float) -> None:
+        rt = self.rt
+        inherited.record_held(rt, rt.trigger, rt.firing.misfires, item, value)
+        inherited.record_missed(rt, rt.trigger, rt.firing.misfires, {item: value}, now)
 
     def _drop_item(self, item: int) -> None:
         """Delete an item beyond the count, unless a run of it is in flight: the cache may
@@ -344,7 +355,9 @@ class Healer:
         if "running" in children:
             return
         ops: list[Op] = [Delete(f"{path}/{child}") for child in children]
-        self._try([*ops, Delete(path)], f"removal of item {item} beyond the count")
+        stamps = inherited.stamps_of(rt, [item])  # gone with the node: read first
+        if self._try([*ops, Delete(path)], f"removal of item {item} beyond the count"):
+            inherited.record_dropped(rt, rt.trigger, rt.firing.misfires, stamps)
 
     def _repair_job(self, found: Findings) -> None:
         rt = self.rt

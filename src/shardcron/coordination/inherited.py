@@ -9,12 +9,14 @@ the stamp and before this fire. It records them as skipped (one
 :class:`~shardcron.coordination.events.ItemsSkipped` per fire second, reason
 :data:`DEAD_OWNER`); with misfire, the item runs once more after this fire.
 
-It looks only when its share grew while an owner of the layout before had left it: one
-read of the gained items' nodes at the next fire, and nothing in steady state, at a join
-or a rebalance among live owners. An owner that knew it missed a fire recorded that
-itself (one cut off from the registry, say): those fires are recorded twice, once by
-each. A dead owner's claim that the leader repairs is settled there: the repair records
-the fires since that claim and stamps the item anew (:mod:`shardcron.coordination.healing`).
+It looks whenever a layout gave it items another instance had (that one may have died,
+been cut off, or handled a fire with the layout before): one read of the gained items'
+nodes at the next fire, and nothing in steady state. An owner that knew it missed a fire
+recorded that itself (one cut off from the registry, say): those fires are recorded
+twice, once by each. A dead owner's claim that the leader repairs is settled there: the
+repair records the fire of that claim and those since, and stamps the item anew
+(:mod:`shardcron.coordination.healing`). Item nodes a layout makes carry a stamp as well
+(:func:`shardcron.coordination.sharding.plan`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEAD_OWNER = "nobody ran it: its owner had died, was cut off, or did not know the layout yet"
+HELD_BY_DEAD = "its owner died or was cut off holding its claim: interrupted, or never started"
 # The most fires named per item: a layout left for days without a live instance would
 # otherwise cost a walk over every fire of those days.
 MAX_NAMED = 60
@@ -71,6 +74,44 @@ def record(
     ran = {i for i, value in values.items() if (claims.stamped(value) or 0.0) >= when}
     record_missed(rt, trigger, misfires, {i: values[i] for i in gained}, when)
     return ran
+
+
+def record_held(
+    rt: JobState, trigger: CronTrigger | None, misfires: Misfires, item: int, value: bytes | None
+) -> None:
+    """Record the fire a dead owner's claim of ``item`` was for (the claim's stamp,
+    ``value``): its run was cut short, or never began. The repair of the claim fails the
+    item over, or flags it misfired, so it is not re-run for this record."""
+    second = claims.stamped(value)
+    if second is None or trigger is None:
+        return
+    # Only a fire's own claim stamps its second; a catch-up's stamps the moment it ran.
+    if fires_between(trigger, second - claims.UNRUN_SECONDS, second + claims.UNRUN_SECONDS) == [
+        second
+    ]:
+        misfires.skip([item], HELD_BY_DEAD, second, misfire=False)
+
+
+def count_changed(rt: JobState) -> float | None:
+    """When the config last changed (its node's last write; one read)."""
+    stat = rt.registry.stat(rt.paths.config)
+    return None if stat is None else stat.mtime_ms / 1000
+
+
+def stamps_of(rt: JobState, items: list[int]) -> dict[int, bytes | None]:
+    """The item nodes' values (one read)."""
+    nodes = rt.registry.get_with_stats([rt.paths.item(i) for i in items])
+    return {i: None if node is None else node[0] for i, node in zip(items, nodes, strict=True)}
+
+
+def record_dropped(
+    rt: JobState, trigger: CronTrigger | None, misfires: Misfires, stamps: dict[int, bytes | None]
+) -> None:
+    """Record the fires nobody ran of items dropped by a lowered count (their values read
+    before: ``stamps``), up to the change: their stamps go with their nodes."""
+    changed = count_changed(rt) if stamps else None
+    if changed is not None:
+        record_missed(rt, trigger, misfires, stamps, changed + claims.UNRUN_SECONDS)
 
 
 def record_missed(

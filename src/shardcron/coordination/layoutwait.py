@@ -4,10 +4,10 @@ A fire due while resharding is pending (``leader/sharding/necessary``, or this i
 must reshard) does not hold a thread: it is kept here, one per job, and run once the
 layout is in (:meth:`LayoutWait.run`, called when the flag goes), late but for its own
 second. Two fires that wait together run as one, of the later second, on the items of
-both; the earlier one's items are recorded as skipped for it, with no misfire re-run.
-While there is no layout at all (a new job, or a registry that lost its data) this
-instance's items are not known yet: the earlier fires are recorded once the layout is
-in, for the items it gives this instance.
+both; the earlier one's items are recorded as skipped for it, with no misfire re-run,
+once the layout is in: its items are those the new layout gives this instance (a
+raised count's new items have no owner before it). A fire due while the registry is
+away joins the waiting one too.
 
 Coordinator thread only, like the :class:`~shardcron.coordination.firing.Firing` it
 belongs to.
@@ -15,7 +15,7 @@ belongs to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from shardcron.coordination import election, sharding
@@ -33,9 +33,8 @@ class Waiting:
     when: float
     source: ExecutionSource
     only: list[int] | None
-    # Earlier fires merged into this one while no layout showed whose items they were:
-    # recorded as skipped once the layout is in.
-    earlier: tuple[tuple[float, ExecutionSource], ...] = ()
+    # The earlier fires merged into this one, recorded as skipped once the layout is in.
+    earlier: list[tuple[float, ExecutionSource, list[int] | None]] = field(default_factory=list)
 
 
 class WaitingJob(JobState, Protocol):
@@ -51,6 +50,11 @@ class WaitingFiring(MisfiresFiring, Protocol):
     @property
     def misfires(self) -> Misfires: ...
 
+    @property
+    def latest(self) -> float:
+        """The second of the latest fire of the job's timer here."""
+        ...
+
 
 class LayoutWait:
     def __init__(self, rt: WaitingJob, firing: WaitingFiring) -> None:
@@ -62,6 +66,11 @@ class LayoutWait:
     def waiting(self) -> bool:
         return self._waiting is not None
 
+    @property
+    def when(self) -> float | None:
+        """The second of the fire that waits (None: none does)."""
+        return None if self._waiting is None else self._waiting.when
+
     def clear(self) -> None:
         self._waiting = None
 
@@ -70,13 +79,9 @@ class LayoutWait:
         fire, waiting = Waiting(when, source, only), self._waiting
         if waiting is not None:
             older, newer = (waiting, fire) if waiting.when <= fire.when else (fire, waiting)
-            earlier = older.earlier + newer.earlier
-            if older.when != newer.when and not sharding.has_sharding(self.rt.cache, self.rt.paths):
-                earlier += ((older.when, older.source),)
-            elif older.when != newer.when:  # the later fire runs its items: no misfire re-run
-                items = self.firing.items.mine(older.only)
-                skip = self.firing.misfires.skip
-                skip(items, RESHARDING, older.when, misfire=False, source=older.source)
+            earlier = waiting.earlier
+            if older.when != newer.when:  # the later fire runs its items: no misfire re-run
+                earlier.append((older.when, older.source, older.only))
             both = None if older.only is None or newer.only is None else {*older.only, *newer.only}
             only = None if both is None else sorted(both)
             fire = Waiting(newer.when, newer.source, only, earlier)
@@ -103,9 +108,17 @@ class LayoutWait:
         if sharding.is_necessary(rt.cache, rt.paths):
             return
         self._waiting = None
-        items = self.firing.items.mine(waiting.only) if waiting.earlier else []
-        for when, source in waiting.earlier:  # the later fire runs them: no misfire re-run
-            self.firing.misfires.skip(items, RESHARDING, when, misfire=False, source=source)
+        earlier = waiting.earlier
+        if waiting.when < self.firing.latest:
+            # A later fire came after the layout was in and ran these items: this one is
+            # recorded, as one merged into it would have been.
+            earlier = [*earlier, (waiting.when, waiting.source, waiting.only)]
+        for when, source, only in earlier:
+            items = self.firing.items.mine(only)
+            skip = self.firing.misfires.skip
+            skip(items, RESHARDING, when, misfire=False, source=source)
+        if waiting.when < self.firing.latest:
+            return
         # Late, for its own second: not for items another owner ran it for meanwhile.
         self.firing.fire(waiting.source, waiting.only, waiting.when, after_layout=True)
 

@@ -8,10 +8,10 @@ flags, not values). What a fire claims is that share less the items disabled, fa
 over to another instance or queued for failover, and nothing while this server is
 disabled or its instance node is gone.
 
-When the share grows while an owner of the layout before has left it (died, stopped,
-cut off), the items gained are kept as *inherited* until the next fire asks for them
-(:mod:`shardcron.coordination.inherited`); a join or a rebalance among live owners
-costs nothing.
+When the share grows, the items gained are kept as *inherited* until the next fire of
+this instance's own asks for them (:mod:`shardcron.coordination.inherited`): their owner
+before may have died, stopped, been cut off, or handled a fire with the layout before.
+The first layout read here gains nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ from shardcron.coordination import failover, membership, sharding
 
 if TYPE_CHECKING:
     from shardcron.coordination.job import JobState
+
+# Why a fire runs none of this instance's share (its items are recorded skipped for it).
+DISABLED = "this instance's server is disabled"
+UNREGISTERED = "this instance is not registered (a new session): registering again"
 
 _NOT_READ: tuple[tuple[int, int], tuple[int, ...], bool] = ((-1, -1), (), False)
 
@@ -44,6 +48,10 @@ class LocalItems:
         self._inherited.difference_update(items)
         return taken
 
+    def give_back(self, items: list[int]) -> None:
+        """Items taken by :meth:`take_inherited` whose read failed: the next fire asks."""
+        self._inherited.update(items)
+
     def take_owner_left(self) -> bool:
         """Whether an owner left the layout since this was last asked."""
         self._layout()
@@ -63,13 +71,23 @@ class LocalItems:
         """How many items this instance has (read at every fire's arming: no copy)."""
         return len(self._layout()[0])
 
+    def barred(self) -> str | None:
+        """Why this instance fires none of its share now: its server is disabled, or its
+        instance node is gone (a new session, not registered again yet). None: it fires
+        it. Until the leader's next layout nobody else fires these items."""
+        if not self._layout()[1]:
+            return DISABLED
+        if not self.rt.cache.exists(self._instance_node):
+            return UNREGISTERED
+        return None
+
     def to_fire(self, only: list[int] | None) -> tuple[list[int], list[int]]:
         """The items a fire here claims (of ``only``, if given), and those of its share
         that failover holds: run elsewhere as a failover run, or queued for one. The fire
         skips these, and records it."""
         cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
-        mine, server_enabled = self._layout()
-        if not server_enabled or not cache.exists(self._instance_node):
+        mine = self._layout()[0]
+        if self.barred() is not None:
             return [], []
         if only is not None:
             wanted = set(only)
@@ -91,6 +109,8 @@ class LocalItems:
                 live = {name.encode() for name in cache.children(paths.instances)}
                 if not self._owners.issubset(live):
                     self._owner_left = True
-                    self._inherited.update(set(mine).difference(self._read[1]))
+                # Any gain: its owner before may have been cut off, or have handled the
+                # fire with the layout before this one (it fired ahead of the new layout).
+                self._inherited.update(set(mine).difference(self._read[1]))
             self._read, self._owners = (key, tuple(mine), enabled), owners
         return self._read[1], self._read[2]

@@ -420,6 +420,8 @@ class JobRuntime:
         if (new.cron, new.time_zone) != (old.cron, old.time_zone):
             self.trigger = _trigger(new)
             self.firing.timer.arm()
+        if new.sharding_total_count < old.sharding_total_count:
+            self.resharder.count_fell(self.host.now(), new.sharding_total_count)
         if new.sharding_total_count != old.sharding_total_count and self.is_leader():
             self.flag_resharding(force=True)
         self.healer.heal()

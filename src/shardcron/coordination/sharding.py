@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from shardcron.coordination import membership
+from shardcron.coordination import claims, membership
 from shardcron.coordination.events import Resharded
 from shardcron.coordination.job import JobState
 from shardcron.coordination.paths import JobPaths
@@ -155,13 +155,21 @@ def plan(
     paths: JobPaths,
     total: int,
     assignment: dict[str, list[int]],
+    since: bytes = b"",
+    later: dict[int, bytes] | None = None,
 ) -> list[Op]:
-    """The ops that make the registry hold ``assignment`` (flag deletions not included)."""
+    """The ops that make the registry hold ``assignment`` (flag deletions not included).
+    An item node made here holds ``since``: the stamp (see
+    :func:`shardcron.coordination.claims.stamp`) of the moment before the layout's first
+    fire. An owner that dies before it ever claims the item leaves that stamp to the next
+    owner, who records the fires it missed (:mod:`shardcron.coordination.inherited`).
+    ``later``: the stamps of items that differ (see ``Resharder._since``)."""
+    later = later or {}
     ops: list[Op] = [] if cache.exists(paths.sharding) else [Create(paths.sharding)]
     for instance, items in sorted(assignment.items()):
         for item in items:
             if not cache.exists(paths.item(item)):
-                ops.append(Create(paths.item(item)))
+                ops.append(Create(paths.item(item), later.get(item, since)))
             # Unchanged owners are not rewritten: every write wakes every instance.
             current = cache.get(paths.item_instance(item))
             if current is None:
@@ -217,12 +225,18 @@ class Resharding:
     layout needs several transactions; :func:`write` writes those."""
 
     def __init__(
-        self, cache: TreeCache, paths: JobPaths, total: int, assignment: dict[str, list[int]]
+        self,
+        cache: TreeCache,
+        paths: JobPaths,
+        total: int,
+        assignment: dict[str, list[int]],
+        since: bytes = b"",
+        later: dict[int, bytes] | None = None,
     ) -> None:
         self.assignment = assignment
         self._ops: list[Op] = [
             Create(paths.sharding_processing, ephemeral=True),
-            *plan(cache, paths, total, assignment),
+            *plan(cache, paths, total, assignment, since, later),
             Delete(paths.sharding_necessary),
             Delete(paths.sharding_processing),
         ]
@@ -259,14 +273,17 @@ def write(
     paths: JobPaths,
     total: int,
     assignment: dict[str, list[int]],
+    since: bytes = b"",
+    later: dict[int, bytes] | None = None,
 ) -> dict[str, list[int]] | None:
     """Write ``assignment`` in as many transactions as it takes, under ``processing``;
-    None if another session is sharding (or the cache was behind: the flag stays)."""
+    None if another session is sharding (or the cache was behind: the flag stays).
+    ``since``: see :func:`plan`."""
     try:
         registry.create(paths.sharding_processing, ephemeral=True)
     except NodeExistsError:
         return None
-    ops = plan(cache, paths, total, assignment)
+    ops = plan(cache, paths, total, assignment, since, later)
     finish: list[Op] = [Delete(paths.sharding_necessary), Delete(paths.sharding_processing)]
     try:
         _commit_in_chunks(registry, ops, finish)
@@ -332,6 +349,25 @@ class _Fires(Protocol):
         """A fire waits for a resharding."""
         ...
 
+    def count_changed(self) -> float | None:
+        """When the config last changed (one read)."""
+        ...
+
+    def record_dropped(self, items: list[int]) -> None:
+        """Record the fires nobody ran of ``items``, which a lowered count drops, up to
+        the change (their stamps go with them)."""
+        ...
+
+    @property
+    def first_fire(self) -> float:
+        """The second of the first fire a layout written now is for: the one waiting for
+        it, else the next one armed (now, if none is)."""
+        ...
+
+    def fired_before(self, second: float) -> float:
+        """The second of the latest fire here before ``second`` (0: none)."""
+        ...
+
     def run_pending(self) -> None:
         """Run the fire that waited for the resharding."""
         ...
@@ -367,6 +403,7 @@ class Resharder:
         self._resharding = False  # a resharding is in the group commit
         self._planned: tuple[frozenset[str], int] | None = None  # the last layout's inputs
         self.first_layout = FirstLayout(rt.joins)
+        self._falls: list[tuple[int, float]] = []  # (count, when) the count fell to it
 
     def reshard(self) -> None:
         rt = self.rt
@@ -392,14 +429,57 @@ class Resharder:
             set_flag(rt.registry, paths)  # the commit deletes it: it must exist
         assignment = assign(paths, total, available, strategy)
         planned = (frozenset(available), total)
-        request = Resharding(cache, paths, total, assignment)
+        since, later = self._since(total)
+        request = Resharding(cache, paths, total, assignment, since, later)
         if not request.fits(rt.registry):
-            written = write(rt.registry, cache, paths, total, assignment)
+            written = write(rt.registry, cache, paths, total, assignment, since, later)
             if written is not None:
                 self._resharded(written, planned)
             return
         self._resharding = True
         rt.commits.submit(request, lambda error: self._committed(request, planned, error))
+
+    def count_fell(self, at: float, total: int) -> None:
+        """The cache showed ``shardingTotalCount`` fall to ``total`` at ``at``: the items
+        beyond it are recorded up to then when dropped, by whichever leader drops them
+        (see _since)."""
+        self._falls = [*self._falls[-15:], (total, at)]  # operator actions: a few
+
+    def _since(self, total: int) -> tuple[bytes, dict[int, bytes]]:
+        """The stamp of the item nodes a layout makes (see :func:`plan`): the moment before
+        its first fire. Items a raised count adds have been due since the count grew (the
+        config node's last write, or this instance's fire before this layout's if sooner:
+        a pause may have hidden the raise; a record too many at most), and nobody ran
+        them: from then. Items a lowered count drops take their stamps with them: the fires
+        nobody ran of them, up to the change, are recorded here. A read or two, only when
+        the count changed. An item a fall dropped, and a raise adds again, is stamped from
+        no sooner than that fall: its fires before were recorded, or ran."""
+        rt = self.rt
+        first = rt.firing.first_fire
+        cache, paths = rt.cache, rt.paths
+        if not has_sharding(cache, paths):
+            return claims.stamp(first - claims.UNRUN_SECONDS), {}
+        added = not all(cache.exists(paths.item(i)) for i in range(total))
+        dropped = [
+            int(name)
+            for name in cache.children(paths.sharding)
+            if name.isdigit() and int(name) >= total
+        ]
+        if not (added or dropped):
+            return claims.stamp(first - claims.UNRUN_SECONDS), {}
+        changed = rt.firing.count_changed()
+        grown = min(first, changed or first)
+        if before := rt.firing.fired_before(first):
+            grown = min(grown, before)
+        if dropped:
+            rt.firing.record_dropped(dropped)
+        since = (grown if added else first) - claims.UNRUN_SECONDS
+        later = {}
+        for i in range(total):
+            fell = max((at for below, at in self._falls if i >= below), default=since)
+            if fell > since and not cache.exists(paths.item(i)):
+                later[i] = claims.stamp(fell)
+        return claims.stamp(since), later
 
     def outdated(self) -> bool:
         """The last layout this leader wrote was planned for other instances or another
@@ -463,7 +543,9 @@ class Resharder:
     ) -> None:
         rt = self.rt
         rt.reshard_due = False
+        self._falls.clear()
         self._planned = planned
+
         if self._inputs() != planned:
             rt.healer.soon()  # an instance came or went meanwhile: flag again
         layout = {i: owner for owner, items in assignment.items() for i in items}

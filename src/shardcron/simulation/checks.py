@@ -13,9 +13,9 @@ Terms:
   reconnect, a resume, the end of a lag, a clean exit after a graceful stop). Its
   **shadow** is ``[d - period, d + session timeout + 2 periods]``: the time a fault may
   take to be seen (a session ends only after the timeout), repaired by the sweep (every
-  ``HEAL_SECONDS``) and settled by the next fires.
-  An item-fire inside a shadow is expected to be re-run by failover (failover on) or
-  skipped/misfired (failover off); which one is not asserted there, only I1 is.
+  ``HEAL_SECONDS``) and settled by the next fires. Only how soon a misfired item runs
+  again is left unjudged there (I2's last sentence); the per-kind tally counts the
+  item-fires in each kind's shadow.
 
 I1 (checked on every run start, settled when the older run ends): no item runs on two
 instances at overlapping times, unless the session that made the older run's claim
@@ -30,14 +30,24 @@ I2 (every item-fire, matched to what became of it): the runs for that fire (sour
 NORMAL_TRIGGER, ``ctx.scheduled_fire_time`` equal to ``t``) and the skips that name it
 (``ItemsSkipped.fire_time``). A skip is recorded beside its run only by another
 instance, one that did not know yet that the item had moved, and never a "nobody ran
-it" record (:mod:`shardcron.coordination.inherited`) made after the run started. Outside every shadow, while a live
-enabled instance exists, it ran once or was recorded skipped. Inside a shadow an
-item-fire with neither, or run twice, is counted (*unaccounted*, *ran twice*), not a
-violation: that is not promised yet (the guarantees page says so, with the counts).
-The same holds while a step has left an instance's wall clock off the others' (until a
-step puts it back, see ``ledger.Skew``) for a fire run on two instances or on none, counted
-near that step's kind, and a "nobody ran it" record beside a run is let pass if a fire of
-an earlier second was claimed after that run (see ``_judge``).
+it" record (:mod:`shardcron.coordination.inherited`) made after the run started. While
+a live enabled instance exists, every item-fire runs once or is recorded skipped, near
+a fault or not. Three exceptions, named and counted (:data:`NOBODY_LEFT`,
+:data:`NEVER_LAID_OUT`, :data:`CLOCKS_APART`):
+
+* the item's fires are recorded by whoever fires it next (from its stamp): excused when
+  nobody fired the item after ``t`` (no run of it started, no skip of it was recorded)
+  and the job has no live enabled instance at the end: every instance that could have
+  taken the item over stopped or died;
+* an item that a raised count added and a lowered count took away again before any
+  layout gave it an owner (the leader could not reshard in between: dead, cut off,
+  paused): nobody ever fired it, no item node ever held its stamp;
+* while a step has left an instance's wall clock off the others' (until a step puts it
+  back, see ``ledger.Skew``), a fire run on two instances, or on none without a record
+  (:data:`CLOCKS_APART`; see ``_judge``); a "nobody ran it" record beside a run is let
+  pass if a fire of an earlier second was claimed after that run. A fire run twice by
+  one instance is never excused.
+
 With misfire on, every skipped item runs again after its skip, unless a lower count
 dropped it or no live enabled instance is left at the end; outside every shadow, within
 one period and a half after the fire that kept it busy ended.
@@ -74,6 +84,10 @@ from shardcron.model import ExecutionSource
 from shardcron.simulation.ledger import Ledger, Run, Skip
 
 EARLY = 0.1  # a fire's items are claimed (and may start) this much before it at most
+# I2's exceptions (see the module docstring), by name.
+NOBODY_LEFT = "nobody left to take the item over"
+NEVER_LAID_OUT = "added and dropped by the count before any layout"
+CLOCKS_APART = "instances' wall clocks apart (a step not put back)"
 
 
 @dataclass(slots=True)
@@ -96,10 +110,11 @@ class JobTrack:
 class Verdict:
     violations: list[str] = field(default_factory=list)
     item_fires: int = 0
-    unaccounted: int = 0  # item-fires in a shadow with no outcome (not promised yet)
-    ran_twice: int = 0  # item-fires in a shadow run twice, one run after the other (likewise)
+    # Item-fires with neither run nor record that I2 excuses, by exception (NOBODY_LEFT,
+    # NEVER_LAID_OUT; see the module docstring).
+    excused: Counter[str] = field(default_factory=Counter)
     # Per fault or operator action kind whose shadow holds the item-fire ("none": no
-    # shadow): item-fires checked, "ran", "unaccounted", and skipped by reason.
+    # shadow): item-fires checked, "ran", the excused by exception, skipped by reason.
     near: dict[str, Counter[str]] = field(default_factory=dict)
 
 
@@ -158,6 +173,9 @@ def check(
         bisect.insort(walls.setdefault((run.job, run.item), []), run.wall)
         if run.source is ExecutionSource.NORMAL_TRIGGER and run.fire is not None:
             normal.setdefault((run.job, run.item), []).append(run)
+    fired = _last_fired(ledger)
+    # Only a job with a live enabled instance at the end has anybody to run it again.
+    last = {t.job: t.probes[-1].total for t in tracks if t.probes and t.probes[-1].available}
     for track in tracks:
         period = track.period
         for probe in track.probes:
@@ -185,33 +203,52 @@ def check(
                 if probe.available or found:
                     verdict.item_fires += 1
                     _tally(verdict, kinds, found)
-                n = bisect.bisect_left(shadows, t - session_timeout - 2 * period)
-                shadowed = n < len(shadows) and shadows[n] <= t + period
-                # Not promised either while a clock is apart (see _judge): a fire run on two
-                # instances, or on none without a record.
-                shadowed |= bool(apart) and len({o.instance for o in found}) != 1
                 runs = sum(1 for o in found if isinstance(o, Run))
-                if shadowed and (runs > 1 or (not found and probe.available)):
-                    # Not promised yet (see the docstring): counted, not failed.
-                    if runs > 1:
-                        verdict.ran_twice += 1
-                    else:
-                        verdict.unaccounted += 1
-                    what = "ran twice" if runs > 1 else "unaccounted"
-                    for kind in kinds:
-                        verdict.near[kind][what] += 1
-                    continue
+                if apart and len({o.instance for o in found}) != 1:
+                    if runs > 1 or (not found and probe.available):
+                        verdict.excused[CLOCKS_APART] += 1
+                        for kind in kinds:
+                            verdict.near[kind][CLOCKS_APART] += 1
+                        continue
                 back = bool(apart) and _stamped_back(normal.get((track.job, item), []), found)
                 verdict.violations += _judge(track.job, item, t, found, back)
-                if not found and probe.available:
-                    verdict.violations.append(
-                        f"I2 {track.job}#{item}: fire at {t:.2f} neither ran nor was recorded skipped"
-                    )
-    # Only a job with a live enabled instance at the end has anybody to run it again.
-    last = {t.job: t.probes[-1].total for t in tracks if t.probes and t.probes[-1].available}
+                if found or not probe.available:
+                    continue
+                if (excuse := _excuse(track, item, t, fired, last)) is not None:
+                    verdict.excused[excuse] += 1
+                    for kind in kinds:
+                        verdict.near[kind][excuse] += 1
+                    continue
+                verdict.violations.append(
+                    f"I2 {track.job}#{item}: fire at {t:.2f} neither ran nor was recorded skipped"
+                )
     verdict.violations += _misfires(ledger, starts, last)
     verdict.violations += _late_reruns(ledger, starts, shadows, session_timeout, tracks)
     return verdict
+
+
+def _excuse(
+    track: JobTrack, item: int, t: float, fired: dict[tuple[str, int], float], last: dict[str, int]
+) -> str | None:
+    """Which of I2's exceptions holds for an item-fire with neither run nor record."""
+    when = fired.get((track.job, item))
+    if when is None and any(p.at > t and p.total <= item for p in track.probes):
+        return NEVER_LAID_OUT
+    if track.job not in last and (when is None or when < t):
+        return NOBODY_LEFT
+    return None
+
+
+def _last_fired(ledger: Ledger) -> dict[tuple[str, int], float]:
+    """When each item was last fired by anybody: a run of it started, or a skip of it was
+    recorded (any source, any fire)."""
+    fired: dict[tuple[str, int], float] = {}
+    for run in ledger.runs:
+        fired[(run.job, run.item)] = max(run.start, fired.get((run.job, run.item), -math.inf))
+    for skip in ledger.skips:
+        for item in skip.items:
+            fired[(skip.job, item)] = max(skip.at, fired.get((skip.job, item), -math.inf))
+    return fired
 
 
 def _tally(verdict: Verdict, kinds: set[str], found: list[Run | Skip]) -> None:

@@ -39,8 +39,7 @@ class Result:
     actions: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     item_fires: int = 0
-    unaccounted: int = 0  # item-fires near a fault with no run and no skip recorded
-    ran_twice: int = 0  # item-fires near a fault run twice, one run after the other
+    excused: Counter[str] = field(default_factory=Counter)  # see checks.Verdict
     near: dict[str, Counter[str]] = field(default_factory=dict)  # see checks.Verdict
     skipped: Counter[str] = field(default_factory=Counter)  # item-fires skipped, by reason
     violations: list[str] = field(default_factory=list)
@@ -184,8 +183,7 @@ def run(cluster: Cluster, chaos_end: float) -> Result:
         actions=ledger.actions,
         errors=ledger.errors,
         item_fires=verdict.item_fires,
-        unaccounted=verdict.unaccounted,
-        ran_twice=verdict.ran_twice,
+        excused=verdict.excused,
         near=verdict.near,
         skipped=_skipped(ledger),
         violations=verdict.violations,
