@@ -32,8 +32,8 @@ NORMAL_TRIGGER, ``ctx.scheduled_fire_time`` equal to ``t``) and the skips that n
 instance, one that did not know yet that the item had moved, and never a "nobody ran
 it" record (:mod:`shardcron.coordination.inherited`) made after the run started. While
 a live enabled instance exists, every item-fire runs once or is recorded skipped, near
-a fault or not. Three exceptions, named and counted (:data:`NOBODY_LEFT`,
-:data:`NEVER_LAID_OUT`, :data:`CLOCKS_APART`):
+a fault or not. Four exceptions, named and counted (:data:`NOBODY_LEFT`,
+:data:`NEVER_LAID_OUT`, :data:`CLOCKS_APART`, :data:`DATA_LOST`):
 
 * the item's fires are recorded by whoever fires it next (from its stamp): excused when
   nobody fired the item after ``t`` (no run of it started, no skip of it was recorded)
@@ -46,7 +46,10 @@ a fault or not. Three exceptions, named and counted (:data:`NOBODY_LEFT`,
   back, see ``ledger.Skew``), a fire run on two instances, or on none without a record
   (:data:`CLOCKS_APART`; see ``_judge``); a "nobody ran it" record beside a run is let
   pass if a fire of an earlier second was claimed after that run. A fire run twice by
-  one instance is never excused.
+  one instance is never excused;
+* a fire with neither due from a session timeout and two periods before the registry
+  lost its data until the job's first run after it: the stamps that tell a next owner
+  what nobody ran went with the data (see :func:`_lost_stamps`).
 
 With misfire on, every skipped item runs again after its skip, unless a lower count
 dropped it or no live enabled instance is left at the end; outside every shadow, within
@@ -88,6 +91,7 @@ EARLY = 0.1  # a fire's items are claimed (and may start) this much before it at
 NOBODY_LEFT = "nobody left to take the item over"
 NEVER_LAID_OUT = "added and dropped by the count before any layout"
 CLOCKS_APART = "instances' wall clocks apart (a step not put back)"
+DATA_LOST = "due around a loss of the registry's data (the stamps went with it)"
 
 
 @dataclass(slots=True)
@@ -174,6 +178,7 @@ def check(
         if run.source is ExecutionSource.NORMAL_TRIGGER and run.fire is not None:
             normal.setdefault((run.job, run.item), []).append(run)
     fired = _last_fired(ledger)
+    lost = _lost_stamps(ledger, session_timeout)
     # Only a job with a live enabled instance at the end has anybody to run it again.
     last = {t.job: t.probes[-1].total for t in tracks if t.probes and t.probes[-1].available}
     for track in tracks:
@@ -204,17 +209,18 @@ def check(
                     verdict.item_fires += 1
                     _tally(verdict, kinds, found)
                 runs = sum(1 for o in found if isinstance(o, Run))
-                if apart and len({o.instance for o in found}) != 1:
-                    if runs > 1 or (not found and probe.available):
-                        verdict.excused[CLOCKS_APART] += 1
-                        for kind in kinds:
-                            verdict.near[kind][CLOCKS_APART] += 1
-                        continue
+                twice_or_none = runs > 1 or (not found and probe.available)
+                if apart and len({o.instance for o in found}) != 1 and twice_or_none:
+                    verdict.excused[CLOCKS_APART] += 1
+                    for kind in kinds:
+                        verdict.near[kind][CLOCKS_APART] += 1
+                    continue
                 back = bool(apart) and _stamped_back(normal.get((track.job, item), []), found)
                 verdict.violations += _judge(track.job, item, t, found, back)
                 if found or not probe.available:
                     continue
-                if (excuse := _excuse(track, item, t, fired, last)) is not None:
+                excuse = _excuse(track, item, t, fired, last) or lost(track, item, t)
+                if excuse is not None:
                     verdict.excused[excuse] += 1
                     for kind in kinds:
                         verdict.near[kind][excuse] += 1
@@ -237,6 +243,35 @@ def _excuse(
     if track.job not in last and (when is None or when < t):
         return NOBODY_LEFT
     return None
+
+
+def _lost_stamps(
+    ledger: Ledger, session_timeout: float
+) -> Callable[[JobTrack, int, float], str | None]:
+    """:data:`DATA_LOST`: an item-fire due from a session timeout and two periods before a
+    loss of the registry's data until the job's first run after it. Such a fire is
+    recorded by its owner only while the owner is live and connected; a dead, frozen or
+    stopping owner's is recorded by the next owner from the item's stamp, which went with
+    the data, and the new layout's owners know only the fires due after the loss."""
+    losses = [at for at, kind in ledger.marks if kind == "registry-lost-data"]
+    first_run: dict[tuple[str, float], float] = {}
+    for run in ledger.runs:
+        for loss in losses:
+            if run.start > loss:
+                key = (run.job, loss)
+                first_run[key] = min(run.start, first_run.get(key, math.inf))
+
+    def excuse(track: JobTrack, item: int, t: float) -> str | None:
+        for loss in losses:
+            if (
+                loss - session_timeout - 2 * track.period
+                <= t
+                < first_run.get((track.job, loss), math.inf)
+            ):
+                return DATA_LOST
+        return None
+
+    return excuse
 
 
 def _last_fired(ledger: Ledger) -> dict[tuple[str, int], float]:
