@@ -236,6 +236,27 @@ MUTATIONS = [
         ["--seed", "2761"],
     ),
     Mutation(
+        "a catch-up run overwrites a gained item's stamp unread",
+        "coordination/firing.py",
+        "            at = max(when, self.rt.host.now()) if catch_up else when\n",
+        "            at = when\n",
+        ["--seed", "634"],  # I2: the fire its owner missed while cut off is lost silently
+    ),
+    Mutation(
+        "a read with no layout (the data lost) makes the next layout gain nothing",
+        "coordination/localitems.py",
+        "            self._read = (key, tuple(mine), enabled)\n            if owners:\n",
+        "            self._read = (key, tuple(mine), enabled)\n            if True:\n",
+        ["--seed", "1647"],  # I2: the new owner's fire missed while cut off is lost silently
+    ),
+    Mutation(
+        "a leader whose cache never shows its own layout misses the items it got back",
+        "coordination/sharding.py",
+        "        rt.firing.written(assignment.get(rt.instance, []))\n",
+        "",
+        ["--seed", "1511"],  # I2: a fire run twice, under the layout between and after
+    ),
+    Mutation(
         "fires missed in a stall are dropped once the instance is not registered",
         "coordination/firing.py",
         "            self.misfires.skip(self.items.mine(), MISSED, when)\n            return\n",

@@ -120,6 +120,10 @@ class Firing:
         stamps = inherited.stamps_of(self.rt, items)
         inherited.record_dropped(self.rt, self.rt.trigger, self.misfires, stamps)
 
+    def written(self, share: list[int]) -> None:
+        """A layout written here gives this instance ``share`` (see :class:`LocalItems`)."""
+        self.items.written(share)
+
     @property
     def latest(self) -> float:
         """The second of the latest fire of the timer here (0: none yet)."""
@@ -272,14 +276,17 @@ class Firing:
             # A misfire re-run's claim stamps the moment it runs: the fires before it that
             # nobody ran are read from the stamp it overwrites. A fire older than the
             # latest one here (one that followed a run) leaves the read to the next: the
-            # fires between them were handled here with the layout before.
-            own = source is not ExecutionSource.FAILOVER and monitored and when >= latest
+            # fires between them were handled here with the layout before. A catch-up is
+            # judged, and reads, by the moment it stamps: the fires it overwrites are older.
+            catch_up = source is not ExecutionSource.NORMAL_TRIGGER
+            at = max(when, self.rt.host.now()) if catch_up else when
+            own = source is not ExecutionSource.FAILOVER and monitored and at >= latest
             gained = self.items.take_inherited(items + held) if own else []
             if gained or (normal and after_layout and self.items.take_owner_left()):
                 others = items if after_layout else None
                 try:
                     ran = inherited.record(
-                        self.rt, self.rt.trigger, self.misfires, gained, when, others
+                        self.rt, self.rt.trigger, self.misfires, gained, at, others
                     )
                 except RegistryError:
                     # Nothing of this fire is claimed yet: say so, and read them next time.
