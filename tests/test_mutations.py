@@ -257,6 +257,13 @@ MUTATIONS = [
         ["--seed", "1511"],  # I2: a fire run twice, under the layout between and after
     ),
     Mutation(
+        "a late completion of an ended session's claim writes its stamp back",
+        "coordination/firing.py",
+        "        elif fire.source is ExecutionSource.NORMAL_TRIGGER and fire.session == session:\n",
+        "        elif fire.source is ExecutionSource.NORMAL_TRIGGER:\n",
+        ["--seed", "3368"],  # I2: a fire run, and recorded as run by nobody after a data loss
+    ),
+    Mutation(
         "fires missed in a stall are dropped once the instance is not registered",
         "coordination/firing.py",
         "            self.misfires.skip(self.items.mine(), MISSED, when)\n            return\n",

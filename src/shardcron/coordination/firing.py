@@ -574,11 +574,15 @@ class Firing:
         if fire in self._completing:
             return
         extra: dict[int, list[Op]] | None = None
+        session = self.rt.registry.session_id
         if fire.source is ExecutionSource.FAILOVER:
             extra = {i: failover.complete_ops(paths, i) for i in fire.items}
-        elif fire.source is ExecutionSource.NORMAL_TRIGGER:
+        elif fire.source is ExecutionSource.NORMAL_TRIGGER and fire.session == session:
             # Items handed back unrun (a stop before the second, a session lost first) say
             # so on their stamp: the owner after this one runs that fire (see .inherited).
+            # Not a claim of a session that ended: the registry may have lost its data
+            # since, and an item node made anew, claimed by another, can pass the version
+            # check: its stamp would go back before the fires run since.
             unrun = claims.stamp(fire.when - claims.UNRUN_SECONDS)
             extra = {
                 i: [SetData(paths.item(i), unrun)] for i in fire.items if i not in fire.started
