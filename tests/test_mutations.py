@@ -236,6 +236,34 @@ MUTATIONS = [
         ["--seed", "2761"],
     ),
     Mutation(
+        "a catch-up run overwrites a gained item's stamp unread",
+        "coordination/firing.py",
+        "            at = max(when, self.rt.host.now()) if catch_up else when\n",
+        "            at = when\n",
+        ["--seed", "634"],  # I2: the fire its owner missed while cut off is lost silently
+    ),
+    Mutation(
+        "a read with no layout (the data lost) makes the next layout gain nothing",
+        "coordination/localitems.py",
+        "            self._read = (key, tuple(mine), enabled)\n            if owners:\n",
+        "            self._read = (key, tuple(mine), enabled)\n            if True:\n",
+        ["--seed", "1647"],  # I2: the new owner's fire missed while cut off is lost silently
+    ),
+    Mutation(
+        "a leader whose cache never shows its own layout misses the items it got back",
+        "coordination/sharding.py",
+        "        rt.firing.written(assignment.get(rt.instance, []))\n",
+        "",
+        ["--seed", "1511"],  # I2: a fire run twice, under the layout between and after
+    ),
+    Mutation(
+        "a late completion of an ended session's claim writes its stamp back",
+        "coordination/firing.py",
+        "        elif fire.source is ExecutionSource.NORMAL_TRIGGER and fire.session == session:\n",
+        "        elif fire.source is ExecutionSource.NORMAL_TRIGGER:\n",
+        ["--seed", "3368"],  # I2: a fire run, and recorded as run by nobody after a data loss
+    ),
+    Mutation(
         "fires missed in a stall are dropped once the instance is not registered",
         "coordination/firing.py",
         "            self.misfires.skip(self.items.mine(), MISSED, when)\n            return\n",

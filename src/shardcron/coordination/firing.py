@@ -120,6 +120,10 @@ class Firing:
         stamps = inherited.stamps_of(self.rt, items)
         inherited.record_dropped(self.rt, self.rt.trigger, self.misfires, stamps)
 
+    def written(self, share: list[int]) -> None:
+        """A layout written here gives this instance ``share`` (see :class:`LocalItems`)."""
+        self.items.written(share)
+
     @property
     def latest(self) -> float:
         """The second of the latest fire of the timer here (0: none yet)."""
@@ -272,14 +276,17 @@ class Firing:
             # A misfire re-run's claim stamps the moment it runs: the fires before it that
             # nobody ran are read from the stamp it overwrites. A fire older than the
             # latest one here (one that followed a run) leaves the read to the next: the
-            # fires between them were handled here with the layout before.
-            own = source is not ExecutionSource.FAILOVER and monitored and when >= latest
+            # fires between them were handled here with the layout before. A catch-up is
+            # judged, and reads, by the moment it stamps: the fires it overwrites are older.
+            catch_up = source is not ExecutionSource.NORMAL_TRIGGER
+            at = max(when, self.rt.host.now()) if catch_up else when
+            own = source is not ExecutionSource.FAILOVER and monitored and at >= latest
             gained = self.items.take_inherited(items + held) if own else []
             if gained or (normal and after_layout and self.items.take_owner_left()):
                 others = items if after_layout else None
                 try:
                     ran = inherited.record(
-                        self.rt, self.rt.trigger, self.misfires, gained, when, others
+                        self.rt, self.rt.trigger, self.misfires, gained, at, others
                     )
                 except RegistryError:
                     # Nothing of this fire is claimed yet: say so, and read them next time.
@@ -567,11 +574,15 @@ class Firing:
         if fire in self._completing:
             return
         extra: dict[int, list[Op]] | None = None
+        session = self.rt.registry.session_id
         if fire.source is ExecutionSource.FAILOVER:
             extra = {i: failover.complete_ops(paths, i) for i in fire.items}
-        elif fire.source is ExecutionSource.NORMAL_TRIGGER:
+        elif fire.source is ExecutionSource.NORMAL_TRIGGER and fire.session == session:
             # Items handed back unrun (a stop before the second, a session lost first) say
             # so on their stamp: the owner after this one runs that fire (see .inherited).
+            # Not a claim of a session that ended: the registry may have lost its data
+            # since, and an item node made anew, claimed by another, can pass the version
+            # check: its stamp would go back before the fires run since.
             unrun = claims.stamp(fire.when - claims.UNRUN_SECONDS)
             extra = {
                 i: [SetData(paths.item(i), unrun)] for i in fire.items if i not in fire.started

@@ -58,6 +58,14 @@ class LocalItems:
         left, self._owner_left = self._owner_left, False
         return left
 
+    def written(self, share: list[int]) -> None:
+        """A layout this instance (the leader) wrote gives it ``share``. Its cache may never
+        show that layout (behind, it may show the next one first): the items a later read
+        shows here but that one gave another are gained all the same, as if read."""
+        kept = set(self._layout()[0]).intersection(share)
+        if self._owners:  # the first layout read here gains nothing
+            self._read = (_NOT_READ[0], tuple(sorted(kept)), self._read[2])
+
     def mine(self, only: list[int] | None = None) -> list[int]:
         """This instance's share of the layout (those of ``only``, if given)."""
         items = self._layout()[0]
@@ -112,5 +120,9 @@ class LocalItems:
                 # Any gain: its owner before may have been cut off, or have handled the
                 # fire with the layout before this one (it fired ahead of the new layout).
                 self._inherited.update(set(mine).difference(self._read[1]))
-            self._read, self._owners = (key, tuple(mine), enabled), owners
+            self._read = (key, tuple(mine), enabled)
+            if owners:
+                # A read with no layout at all (the registry lost its data, and the new
+                # layout is not in yet) is no first read: what the next one gives is gained.
+                self._owners = owners
         return self._read[1], self._read[2]

@@ -372,6 +372,10 @@ class _Fires(Protocol):
         """Run the fire that waited for the resharding."""
         ...
 
+    def written(self, share: list[int]) -> None:
+        """A layout written here gives this instance ``share``."""
+        ...
+
 
 class _Heals(Protocol):
     def soon(self) -> None:
@@ -549,5 +553,6 @@ class Resharder:
         if self._inputs() != planned:
             rt.healer.soon()  # an instance came or went meanwhile: flag again
         layout = {i: owner for owner, items in assignment.items() for i in items}
+        rt.firing.written(assignment.get(rt.instance, []))
         self._written = (layout, rt.host.now())
         rt.emit(Resharded(job_name=rt.name, instance=rt.instance, assignment=assignment))
