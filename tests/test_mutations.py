@@ -181,7 +181,7 @@ MUTATIONS = [
         "coordination/claims.py",
         "return [Check(paths.item(item), version), Delete(paths.running(item)), *extra]",
         "return [Delete(paths.running(item)), *extra]",
-        ["--seed", "1984"],  # found by the CI seed budget (I1: two runs at once)
+        ["--seed", "2672"],  # found by the CI seed budget (I1: two runs at once)
     ),
     Mutation(
         "a claim whose answer was lost is forgotten",
@@ -226,7 +226,7 @@ MUTATIONS = [
         "coordination/sharding.py",
         "                ops.append(Create(paths.item(item), later.get(item, since)))",
         "                ops.append(Create(paths.item(item)))",
-        ["--seed", "216"],  # I2: the dead first owner's item-fire is lost silently
+        ["--seed", "199"],  # I2: the dead first owner's item-fire is lost silently
     ),
     Mutation(
         "the fire a dead owner's claim was for is not recorded",
@@ -268,7 +268,7 @@ MUTATIONS = [
         "coordination/firing.py",
         "            self.misfires.skip(self.items.mine(), MISSED, when)\n            return\n",
         "            return\n",
-        ["--seed", "943"],
+        ["--seed", "109"],
     ),
     Mutation(
         "a gained item's stamp is read only when an owner left",
@@ -277,7 +277,7 @@ MUTATIONS = [
         "                # fire with the layout before this one (it fired ahead of the new layout).\n"
         "                self._inherited.update(set(mine).difference(self._read[1]))",
         "                    self._inherited.update(set(mine).difference(self._read[1]))",
-        ["--seed", "1355"],
+        ["--seed", "68"],
     ),
     Mutation(
         "a fire whose read of taken-over items fails is dropped",
@@ -291,12 +291,12 @@ MUTATIONS = [
         "coordination/healing.py",
         "            inherited.record_dropped(rt, rt.trigger, rt.firing.misfires, stamps)",
         "            pass",
-        ["--seed", "1405"],
+        ["--seed", "1056"],
     ),
     Mutation(
         "a late fire takes the read of a gained item from the fire after it",
         "coordination/firing.py",
-        "and monitored and when >= latest\n",
+        "and monitored and at >= latest\n",
         "and monitored\n",
         ["--seed", "651"],
     ),
@@ -305,20 +305,20 @@ MUTATIONS = [
         "coordination/layoutwait.py",
         "            earlier = [*earlier, (waiting.when, waiting.source, waiting.only)]\n",
         "            pass\n",
-        ["--seed", "1116"],
+        ["--seed", "379"],
     ),
     Mutation(
         "a stop hands back a claimed fire unrecorded",
         "coordination/firing.py",
         "            self.misfires.skip(unrun, STOPPED, fire.when, misfire=False, source=fire.source)\n",
         "",
-        ["--seed", "1463"],
+        ["--seed", "1677"],
     ),
     Mutation(
         "a failover claim stamps past the fires nobody ran since its item was queued",
         "coordination/failover.py",
-        "when=claims.stamp(self._seen.get(item, self.rt.host.now()) - claims.UNRUN_SECONDS),",
-        "when=claims.stamp(self.rt.host.now()),",
+        "queued_at = self._seen.get(item, self.rt.host.now()) - claims.UNRUN_SECONDS",
+        "queued_at = self.rt.host.now()",
         ["--seed", "1358"],
     ),
     Mutation(
@@ -333,13 +333,13 @@ MUTATIONS = [
         "coordination/sharding.py",
         "            fell = max((at for below, at in self._falls if i >= below), default=since)",
         "            fell = since",
-        ["--seed", "6883"],  # I2: a fire that ran recorded "nobody ran it"
+        ["--seed", "3444"],  # I2: a fire that ran recorded "nobody ran it"
     ),
     Mutation(
         "a repair at a fire's second stamps that fire as accounted for",
         "coordination/healing.py",
-        "            SetData(paths.item(item), claims.stamp(now - claims.UNRUN_SECONDS)),",
-        "            SetData(paths.item(item), claims.stamp(now)),",
+        "        since = max(now - claims.UNRUN_SECONDS, claims.stamped(item_node[0]) or 0.0)",
+        "        since = max(now, claims.stamped(item_node[0]) or 0.0)",
         ["--seed", "8902"],
     ),
     Mutation(
