@@ -212,14 +212,14 @@ MUTATIONS = [
         "coordination/healing.py",
         "        since = max(now - claims.UNRUN_SECONDS, claims.stamped(item_node[0]) or 0.0)",
         "        since = now - claims.UNRUN_SECONDS",
-        ["--seed", "1438"],  # found by the seeds with clock steps (I2: a false record)
+        ["--seed", "6785"],  # found by the seeds with clock steps (I2: a false record)
     ),
     Mutation(
         "a failover claim on a clock behind stamps its item back",
         "coordination/failover.py",
         "        since = max(queued_at, claims.stamped(self.rt.registry.get(paths.item(item))) or 0.0)",
         "        since = queued_at",
-        ["--seed", "1970"],  # found by the seeds with clock steps (I2: a false record)
+        ["--seed", "5106"],  # found by the seeds with clock steps (I2: a false record)
     ),
     Mutation(
         "an item whose owner dies before claiming it leaves no stamp",
@@ -298,7 +298,7 @@ MUTATIONS = [
         "coordination/firing.py",
         "and monitored and at >= latest\n",
         "and monitored\n",
-        ["--seed", "651"],
+        ["--seed", "5536"],
     ),
     Mutation(
         "a fire that waited for a layout is neither run nor recorded after a later one ran",
@@ -319,7 +319,7 @@ MUTATIONS = [
         "coordination/failover.py",
         "queued_at = self._seen.get(item, self.rt.host.now()) - claims.UNRUN_SECONDS",
         "queued_at = self.rt.host.now()",
-        ["--seed", "1358"],
+        ["--seed", "8685"],
     ),
     Mutation(
         "a late fire claims an item its new owner ran meanwhile (run twice)",
@@ -340,7 +340,7 @@ MUTATIONS = [
         "coordination/healing.py",
         "        since = max(now - claims.UNRUN_SECONDS, claims.stamped(item_node[0]) or 0.0)",
         "        since = max(now, claims.stamped(item_node[0]) or 0.0)",
-        ["--seed", "8902"],
+        ["--seed", "6683"],
     ),
     Mutation(
         "a repair whose answer is lost records nothing",

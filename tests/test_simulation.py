@@ -402,6 +402,18 @@ def test_operators_and_crashes_act_on_the_simulated_cluster() -> None:
     assert checks.check_overlaps(cluster.ledger) == []
 
 
+def _three_running(items: int, misfire: bool) -> Cluster:
+    """Three instances of an every-second job with short items, started at 0.3 s and run
+    to 3.5 s, when each has its share."""
+    jobs = [JobSpec("job0", items=items, period=1, failover=False, misfire=misfire)]
+    cluster = Cluster(jobs, instances=3, session_timeout=2.0, rng=random.Random(5))
+    cluster.calm = True  # short items: nothing is skipped for being busy
+    for member in cluster.members:
+        cluster.world.at(EPOCH + 0.3, lambda m=member: cluster.start(m))  # type: ignore[misc]
+    cluster.world.run_until(EPOCH + 3.5)
+    return cluster
+
+
 @pytest.mark.parametrize("misfire", [True, False])
 def test_fires_of_a_killed_owner_before_its_session_ends_are_recorded_by_the_new_owner(
     misfire: bool,
@@ -409,12 +421,7 @@ def test_fires_of_a_killed_owner_before_its_session_ends_are_recorded_by_the_new
     """A SIGKILLed instance's items fire nowhere until its session ends and the leader
     reshards: the instance that gets them records those fires as skipped, naming each
     fire, and with misfire runs each item once more."""
-    jobs = [JobSpec("job0", items=3, period=1, failover=False, misfire=misfire)]
-    cluster = Cluster(jobs, instances=3, session_timeout=2.0, rng=random.Random(5))
-    cluster.calm = True  # short items: nothing is skipped for being busy
-    for member in cluster.members:
-        cluster.world.at(EPOCH + 0.3, lambda m=member: cluster.start(m))  # type: ignore[misc]
-    cluster.world.run_until(EPOCH + 3.5)
+    cluster = _three_running(items=3, misfire=misfire)
     paths = JobPaths("job0")
     victim = next(m for m in cluster.members if cluster.leader("job0") is not m)
     lost = [i for i in range(3) if cluster.peek(paths.item_instance(i)) == victim.name.encode()]
@@ -466,12 +473,7 @@ def test_a_simulated_step_moves_wall_clock_callbacks_and_leaves_delays_alone() -
 def _stepped(amount: float, until: float = 12.5) -> tuple[Cluster, str, list[int]]:
     """Three instances of a job firing every second, misfire on; at 3.5 s the wall clock
     of one that owns items steps by ``amount``, noticed 0.3 s later; run to ``until``."""
-    jobs = [JobSpec("job0", items=4, period=1, failover=False, misfire=True)]
-    cluster = Cluster(jobs, instances=3, session_timeout=2.0, rng=random.Random(5))
-    cluster.calm = True  # short items: nothing is skipped for being busy
-    for member in cluster.members:
-        cluster.world.at(EPOCH + 0.3, lambda m=member: cluster.start(m))  # type: ignore[misc]
-    cluster.world.run_until(EPOCH + 3.5)
+    cluster = _three_running(items=4, misfire=True)
     paths = JobPaths("job0")
     member = cluster.members[1]
     items = [i for i in range(4) if cluster.peek(paths.item_instance(i)) == member.name.encode()]
