@@ -329,6 +329,13 @@ MUTATIONS = [
         ["--seed", "7203"],
     ),
     Mutation(
+        "a late catch-up records the fires its own overdue timer still holds",
+        "coordination/firing.py",
+        "            if catch_up and armed is not None and armed < at:\n                at = max(when, armed)\n",
+        "",
+        ["--seed", "4839"],  # I2: a fire run, and recorded as run by nobody
+    ),
+    Mutation(
         "a re-added item is stamped before the fall that dropped it",
         "coordination/sharding.py",
         "            fell = max((at for below, at in self._falls if i >= below), default=since)",

@@ -278,8 +278,14 @@ class Firing:
             # latest one here (one that followed a run) leaves the read to the next: the
             # fires between them were handled here with the layout before. A catch-up is
             # judged, and reads, by the moment it stamps: the fires it overwrites are older.
+            # Not past the fire armed here, though: released late (the wall clock stepped
+            # forward, the process paused), that fire and those after it are this timer's
+            # to run or record, not fires nobody ran.
             catch_up = source is not ExecutionSource.NORMAL_TRIGGER
             at = max(when, self.rt.host.now()) if catch_up else when
+            armed = self.timer.armed
+            if catch_up and armed is not None and armed < at:
+                at = max(when, armed)
             own = source is not ExecutionSource.FAILOVER and monitored and at >= latest
             gained = self.items.take_inherited(items + held) if own else []
             if gained or (normal and after_layout and self.items.take_owner_left()):
