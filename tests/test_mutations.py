@@ -164,11 +164,8 @@ MUTATIONS = [
     Mutation(
         "fires that waited for a first layout vanish unrecorded",
         "coordination/layoutwait.py",
-        "            if older.when != newer.when and not sharding.has_sharding(self.rt.cache, "
-        "self.rt.paths):\n"
-        "                earlier += ((older.when, older.source),)\n"
-        "            elif older.when != newer.when:",
-        "            if older.when != newer.when:",
+        "                earlier.append((older.when, older.source, older.only))\n",
+        "                pass\n",
         [
             named(
                 "test_simulation.py",

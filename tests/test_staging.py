@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from shardcron.coordination.firing import STOPPED
 from shardcron.coordination.paths import JobPaths
 from shardcron.registry import Answer, Create, Op
 from shardcron.registry.memory import MemoryRegistry
@@ -55,7 +56,11 @@ def test_a_stop_before_the_second_hands_a_staged_claim_back_and_runs_nothing() -
     cluster.world.run_until(SECOND + 0.5)
     assert _runs_at(cluster, SECOND) == []
     assert [cluster.peek(PATHS.running(i)) for i in (0, 1)] == [None, None]
-    assert not cluster.ledger.skips  # handed back, as a claim made ahead: no misfire
+    # Handed back, as a claim made ahead: recorded for its fire, with no misfire re-run
+    # (the instance that gets the items runs the fires after it).
+    assert [(s.items, s.reason, s.misfire, s.fire) for s in cluster.ledger.skips] == [
+        ((0, 1), STOPPED, False, SECOND)
+    ]
     assert member.runtimes["job0"].idle.is_set()
 
 
