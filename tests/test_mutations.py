@@ -261,6 +261,13 @@ MUTATIONS = [
         ["--seed", "3368"],  # I2: a fire run, and recorded as run by nobody after a data loss
     ),
     Mutation(
+        "a layout made after a loss of the registry's data stamps from the leader's clock only",
+        "coordination/sharding.py",
+        "            return claims.stamp(max(since, rt.firing.count_changed() or since)), {}\n",
+        "            return claims.stamp(since), {}\n",
+        ["--seed", "5848"],  # I2: fires run before the loss recorded as run by nobody
+    ),
+    Mutation(
         "fires missed in a stall are dropped once the instance is not registered",
         "coordination/firing.py",
         "            self.misfires.skip(self.items.mine(), MISSED, when)\n            return\n",

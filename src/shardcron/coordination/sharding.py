@@ -462,7 +462,12 @@ class Resharder:
         first = rt.firing.first_fire
         cache, paths = rt.cache, rt.paths
         if not has_sharding(cache, paths):
-            return claims.stamp(first - claims.UNRUN_SECONDS), {}
+            # A layout from nothing: the job's first, or after a loss of the registry's
+            # data. The fires before the config was written again ran or were recorded by
+            # their owners (or went with the data): a leader whose clock or waiting fire is
+            # behind must not stamp them as nobody's. The registry's clock says when.
+            since = first - claims.UNRUN_SECONDS
+            return claims.stamp(max(since, rt.firing.count_changed() or since)), {}
         added = not all(cache.exists(paths.item(i)) for i in range(total))
         dropped = [
             int(name)
