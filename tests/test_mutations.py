@@ -214,9 +214,16 @@ MUTATIONS = [
     Mutation(
         "a failover claim on a clock behind stamps its item back",
         "coordination/failover.py",
-        "        since = max(queued_at, claims.stamped(self.rt.registry.get(paths.item(item))) or 0.0)",
+        "        since = queued_at if stamp is None else stamp",
         "        since = queued_at",
         ["--seed", "5106"],  # found by the seeds with clock steps (I2: a false record)
+    ),
+    Mutation(
+        "a failover claim whose cache showed the queue late stamps past fires nobody ran",
+        "coordination/failover.py",
+        "        since = queued_at if stamp is None else stamp",
+        "        since = max(queued_at, stamp or 0.0)",
+        ["--seed", "9066"],  # a cache lag (I2: a fire lost silently)
     ),
     Mutation(
         "an item whose owner dies before claiming it leaves no stamp",
@@ -321,8 +328,8 @@ MUTATIONS = [
     Mutation(
         "a failover claim stamps past the fires nobody ran since its item was queued",
         "coordination/failover.py",
-        "queued_at = self._seen.get(item, self.rt.host.now()) - claims.UNRUN_SECONDS",
-        "queued_at = self.rt.host.now()",
+        "        since = queued_at if stamp is None else stamp",
+        "        since = self.rt.host.now()",
         ["--seed", "8685"],
     ),
     Mutation(

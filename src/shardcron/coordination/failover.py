@@ -194,12 +194,15 @@ class Claims:
     def _claim(self, item: int) -> None:
         paths, instance = self.rt.paths, self.rt.instance
         # The repair that queued it recorded the fires up to its stamp (see healing): the
-        # fires since it was queued are the next owner's to account for (nobody ran them
-        # meanwhile). A claim stamped with a clock behind that stamp (stepped back, say)
-        # would move it back, and the next owner would record fires that ran as fires
-        # nobody ran. The cache holds no stamps.
+        # fires since are the next owner's to account for (nobody ran them meanwhile), so
+        # the claim keeps that stamp. One from this clock would move it: back if the clock
+        # is behind (stepped back, say), and the next owner would record fires that ran as
+        # fires nobody ran; on if the cache showed the queue late (lagging), and fires
+        # due meanwhile would go unrecorded. The cache holds no stamps; only an item node
+        # without one falls back to when the queue entry was first seen.
+        stamp = claims.stamped(self.rt.registry.get(paths.item(item)))
         queued_at = self._seen.get(item, self.rt.host.now()) - claims.UNRUN_SECONDS
-        since = max(queued_at, claims.stamped(self.rt.registry.get(paths.item(item))) or 0.0)
+        since = queued_at if stamp is None else stamp
         claim = claims.Claim(items=[item])
         fire = Fire([item], claim, ExecutionSource.FAILOVER, self.rt.registry.session_id)
         self.firing.hold(fire)
