@@ -9,10 +9,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from shardcron.simulation.checks import NEVER_LAID_OUT, NOBODY_LEFT
+from shardcron.simulation.checks import CLOCKS_APART, DATA_LOST, NEVER_LAID_OUT, NOBODY_LEFT
 from shardcron.simulation.scenario import Result, run_seed
 
-EXCUSES = (NOBODY_LEFT, NEVER_LAID_OUT)
+EXCUSES = (NOBODY_LEFT, NEVER_LAID_OUT, CLOCKS_APART, DATA_LOST)
 
 # Seeds per task: large enough that pickling results costs little, small enough to balance.
 CHUNK = 100
