@@ -92,11 +92,9 @@ class LocalItems:
     def to_fire(self, only: list[int] | None) -> tuple[list[int], list[int]]:
         """The items a fire here claims (of ``only``, if given), and those of its share
         that failover holds: run elsewhere as a failover run, or queued for one. The fire
-        skips these, and records it."""
+        skips these, and records it. The caller has checked :meth:`barred` first."""
         cache, paths, cfg = self.rt.cache, self.rt.paths, self.rt.config
         mine = self._layout()[0]
-        if self.barred() is not None:
-            return [], []
         if only is not None:
             wanted = set(only)
             mine = tuple(i for i in mine if i in wanted)
