@@ -33,6 +33,8 @@ from shardcron.coordination.events import (
     ItemStarted,
     LeaderChanged,
 )
+from shardcron.coordination.firing import STOPPED
+from shardcron.coordination.inherited import HELD_BY_DEAD
 from shardcron.errors import ConfigError
 from shardcron.model import ExecutionSource, ShardingContext, instance_ip, task_id
 from shardcron.scheduler.process import Scheduler
@@ -607,7 +609,14 @@ def test_multi_instance_run_is_traced_in_sqlite_postgresql_and_mariadb(
                 "TASK_FINISHED"
             ] - sum(1 for s in states.rows if s.message and "skipped" in s.message)
             skipped = [s for s in states.rows if s.message and "skipped" in s.message]
-            assert skipped and all("misfired" in (s.message or "") for s in skipped)
+            # Skipped while busy: misfired. Not misfired: C's item when C died (failed over)
+            # and a fire the final stop handed back unrun (left to the next owner).
+            unmisfired = (HELD_BY_DEAD, STOPPED)
+            messages = [s.message or "" for s in skipped]
+            other = [
+                m for m in messages if "misfired" not in m and not any(r in m for r in unmisfired)
+            ]
+            assert skipped and not other, other
             assert any(s.execution_type == "FAILOVER" for s in states.rows)
             per_database.append(
                 (
