@@ -402,10 +402,10 @@ def test_operators_and_crashes_act_on_the_simulated_cluster() -> None:
     assert checks.check_overlaps(cluster.ledger) == []
 
 
-def _three_running(items: int, misfire: bool) -> Cluster:
+def _three_running(items: int, misfire: bool, failover: bool = False) -> Cluster:
     """Three instances of an every-second job with short items, started at 0.3 s and run
     to 3.5 s, when each has its share."""
-    jobs = [JobSpec("job0", items=items, period=1, failover=False, misfire=misfire)]
+    jobs = [JobSpec("job0", items=items, period=1, failover=failover, misfire=misfire)]
     cluster = Cluster(jobs, instances=3, session_timeout=2.0, rng=random.Random(5))
     cluster.calm = True  # short items: nothing is skipped for being busy
     for member in cluster.members:
@@ -634,12 +634,7 @@ def test_a_registry_that_lost_its_data_gets_its_jobs_registered_again() -> None:
 def test_a_claim_whose_answer_was_lost_runs_its_fire_or_records_it_skipped() -> None:
     """The claim went through but its answer was lost: settled after the reconnect from
     what the registry holds, its item-fire runs late, or is recorded skipped."""
-    jobs = [JobSpec("job0", items=3, period=1, failover=True, misfire=True)]
-    cluster = Cluster(jobs, instances=3, session_timeout=2.0, rng=random.Random(5))
-    cluster.calm = True
-    for member in cluster.members:
-        cluster.world.at(EPOCH + 0.3, lambda m=member: cluster.start(m))  # type: ignore[misc]
-    cluster.world.run_until(EPOCH + 3.5)
+    cluster = _three_running(items=3, misfire=True, failover=True)
     cluster.plant(cluster.members[1], Fault(Timing.AFTER, outage=0.8, kind=Kind.CLAIM))
     cluster.world.run_until(EPOCH + 10.5)
     assert cluster.ledger.faults[str(Timing.AFTER)] == 1
